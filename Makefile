@@ -1,0 +1,62 @@
+# make book   execute every chapter (ci profile) and build _build/html
+# make test   unit tests, freshness, nbval, strict book build, browser check (what CI runs)
+# make venv   create .venv with the test extras;  make clean   remove build outputs
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := book
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+# Drops only this workplace's pip-index noise ("Location 'file:///...' is ignored"); pip's status stays.
+QUIET_PIP := 2>&1 | { grep -v "^WARNING: Location 'file:///.*' is ignored" || true; }
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+# Every kernel (papermill's and nbval's) sees the same seed and thread count: identical numbers.
+export PYTHONHASHSEED := 0
+export OMP_NUM_THREADS := 2
+export PYTHONUNBUFFERED := 1
+# MPLBACKEND=Agg makes inline figures vanish from executed notebooks.
+unexport MPLBACKEND
+
+# $(call timed,LABEL,COMMAND): run COMMAND, print its wall time, fail if it fails.
+define timed
+	@t0=$$(date +%s.%N); echo "== $(1)"; \
+	if $(2); then rc=0; else rc=$$?; fi; \
+	echo "-- $(1): $$([ $$rc = 0 ] && echo done || echo FAILED) in $$(awk "BEGIN{printf \"%.1f\", $$(date +%s.%N) - $$t0}") s"; \
+	exit $$rc
+endef
+
+.PHONY: book test venv clean chromium
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall only when the dependencies change (pip resolving everything takes a while).
+$(VENV)/.installed-book: pyproject.toml constraints.txt | $(BIN)/python
+	$(call timed,pip install book,$(PIP) install -q -e ".[book]" -c constraints.txt $(QUIET_PIP))
+	@touch $@
+
+$(VENV)/.installed-test: pyproject.toml constraints.txt | $(BIN)/python
+	$(call timed,pip install test,$(PIP) install -q -e ".[test]" -c constraints.txt $(QUIET_PIP))
+	@touch $@ $(VENV)/.installed-book
+
+venv: $(VENV)/.installed-test
+
+chromium:
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  echo "== installing Debian chromium (for the browser check)"; \
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	fi
+
+book: $(VENV)/.installed-book
+	$(BIN)/gradcore build
+
+test: $(VENV)/.installed-test chromium
+	$(call timed,unit tests,$(BIN)/python -m pytest tests -q -p no:cacheprovider)
+	$(BIN)/gradcore check
+
+clean:
+	rm -rf _build .pytest_cache
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +

@@ -1,0 +1,118 @@
+"""Paper-vs-reproduced tables that a chapter renders and asserts on.
+
+Each row states a claim from a paper, the paper's value, the reproduced value, the
+test that decides whether the claim holds, and its verdict. ``Claims.check()``
+raises with every failing row, so a chapter whose results drift fails its run.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass
+
+
+def _format(value) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if value == 0 or math.isnan(value) or math.isinf(value):
+            return f"{value:g}"
+        return f"{value:.3g}" if (abs(value) < 1e-3 or abs(value) >= 1e4) else f"{value:.4g}"
+    return str(value)
+
+
+@dataclass
+class Claim:
+    """One row: what the paper says, what we measured, and whether it holds."""
+
+    claim: str
+    paper: object
+    reproduced: object
+    test: str
+    holds: bool
+
+
+class Claims:
+    """A claims table for one chapter.
+
+    Examples
+    --------
+    >>> table = Claims("Deep Leakage from Gradients")
+    >>> table.at_most("closed form is exact", paper="exact", reproduced=3e-17, bound=1e-12)
+    >>> table.check()
+    """
+
+    def __init__(self, title: str):
+        self.title = title
+        self.rows: list[Claim] = []
+
+    def add(self, claim: str, paper, reproduced, holds: bool, test: str = "") -> None:
+        """Add a row whose verdict the caller computed."""
+        self.rows.append(Claim(claim, paper, reproduced, test, bool(holds)))
+
+    def at_most(self, claim: str, paper, reproduced: float, bound: float) -> None:
+        """The reproduced value must not exceed ``bound``."""
+        self.add(claim, paper, reproduced, reproduced <= bound, f"<= {_format(bound)}")
+
+    def at_least(self, claim: str, paper, reproduced: float, bound: float) -> None:
+        """The reproduced value must reach ``bound``."""
+        self.add(claim, paper, reproduced, reproduced >= bound, f">= {_format(bound)}")
+
+    def close_to(self, claim: str, paper: float, reproduced: float, tolerance: float) -> None:
+        """The reproduced value must lie within ``tolerance`` of the paper's."""
+        self.add(claim, paper, reproduced, abs(reproduced - paper) <= tolerance, f"within {_format(tolerance)} of paper")
+
+    def less(self, claim: str, paper, smaller: float, larger: float, names: tuple[str, str] = ("a", "b")) -> None:
+        """An ordering the paper claims: ``smaller < larger``."""
+        self.add(claim, paper, f"{names[0]} {_format(smaller)} < {names[1]} {_format(larger)}", smaller < larger, "ordering")
+
+    @property
+    def failures(self) -> list[Claim]:
+        return [row for row in self.rows if not row.holds]
+
+    def check(self) -> "Claims":
+        """Raise ``AssertionError`` naming every claim that does not hold."""
+        if self.failures:
+            lines = "; ".join(f"{row.claim} (paper {_format(row.paper)}, reproduced {_format(row.reproduced)}, {row.test})"
+                              for row in self.failures)
+            raise AssertionError(f"{len(self.failures)} of {len(self.rows)} claims do not hold: {lines}")
+        return self
+
+    def _cells(self) -> list[list[str]]:
+        return [[row.claim, _format(row.paper), _format(row.reproduced), row.test, "yes" if row.holds else "NO"] for row in self.rows]
+
+    _header = ["claim", "paper", "reproduced", "test", "holds"]
+
+    def __repr__(self) -> str:
+        rows = [self._header] + self._cells()
+        widths = [max(len(r[i]) for r in rows) for i in range(len(self._header))]
+        lines = [self.title] + ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+        lines.insert(2, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in self._header)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in self._cells())
+        return (f"<table class='gradcore-claims'><caption>{html.escape(self.title)}</caption>"
+                f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+
+
+class Table:
+    """A small results table shown as HTML in the book and as aligned text elsewhere."""
+
+    def __init__(self, title: str, header: list[str], rows: list[list]):
+        self.title, self.header = title, header
+        self.rows = [[_format(c) for c in row] for row in rows]
+
+    def __repr__(self) -> str:
+        rows = [self.header] + self.rows
+        widths = [max(len(str(r[i])) for r in rows) for i in range(len(self.header))]
+        lines = [self.title] + ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        lines.insert(2, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(str(h))}</th>" for h in self.header)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in self.rows)
+        return f"<table><caption>{html.escape(self.title)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -1,0 +1,193 @@
+"""The `gradcore` command: execute chapters, build and check the book.
+
+    gradcore list                                   chapters and their parameters
+    gradcore run CHAPTER [--profile ci|paper] [-p NAME VALUE ...]
+    gradcore build [--no-execute]                   execute every chapter (ci), build _build/html
+    gradcore check                                  freshness, nbval, strict build, browser check
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import pipeline
+
+SANITIZE = "tests/nbval_sanitize.cfg"
+
+
+def _root() -> Path:
+    """The repository root: the nearest folder upwards holding _toc.yml or book/."""
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / "_toc.yml").exists() or (folder / "book").is_dir():
+            return folder
+    raise pipeline.PipelineError("not inside the gradcore repository (no _toc.yml or book/ found)")
+
+
+def _timed(label: str, fn, *args, **kwargs):
+    print(f"== {label}", flush=True)
+    t0 = time.perf_counter()
+    ok = False
+    try:
+        result = fn(*args, **kwargs)
+        ok = True
+        return result
+    finally:
+        print(f"-- {label}: {'done' if ok else 'FAILED'} in {time.perf_counter() - t0:.1f} s", flush=True)
+
+
+def _tool(name: str) -> str:
+    """An executable of this environment (the venv's), else from PATH."""
+    local = Path(sys.executable).parent / name
+    return str(local) if local.exists() else (shutil.which(name) or name)
+
+
+def _subprocess(cmd: list[str], root: Path, env=None) -> None:
+    print("$ " + " ".join(cmd), flush=True)
+    rc = subprocess.call(cmd, cwd=root, env=env)
+    if rc != 0:
+        raise pipeline.PipelineError(f"`{' '.join(cmd)}` exited with {rc}")
+
+
+# ------------------------------------------------------------------------------------------ steps
+
+
+def run_chapter(root: Path, chapter: str, profile: str, params: dict) -> None:
+    label = f"run {chapter} [{profile}]" + "".join(f" {k}={v}" for k, v in params.items())
+    out = _timed(label, pipeline.execute, root, chapter, profile, params)
+    print(f"wrote {out.relative_to(root)}")
+
+
+def build_book(root: Path) -> None:
+    # --all: an incremental Sphinx build does not repeat an unchanged page's warnings, so a second
+    # -W build would pass over them.
+    _subprocess([_tool("jupyter-book"), "build", str(root), "--all", "-W", "--keep-going", "-q"], root)
+
+
+def nbval(root: Path) -> None:
+    notebooks = sorted(str(p.relative_to(root)) for p in (root / "notebooks").glob("*.ipynb"))
+    if not notebooks:
+        raise pipeline.PipelineError("no executed notebooks in notebooks/: run `gradcore build`")
+    cmd = [sys.executable, "-m", "pytest", "--nbval", *notebooks, "--nbval-current-env",
+           "--nbval-sanitize-with", SANITIZE, "-p", "no:cacheprovider"]
+    with pipeline.kernel_env("ci") as env:
+        _subprocess(cmd, root, env)
+
+
+def fresh(root: Path) -> None:
+    problems = pipeline.freshness(root)
+    for p in problems:
+        print(f"stale: {p}")
+    if problems:
+        raise pipeline.PipelineError(f"{len(problems)} executed notebook(s) out of date with book/")
+    print(f"{len(pipeline.chapters(root))} chapter(s) fresh")
+
+
+def browser(root: Path) -> None:
+    problems = pipeline.browser_check(root)
+    if problems:
+        raise pipeline.PipelineError(f"browser check: {len(problems)} problem(s)")
+
+
+# --------------------------------------------------------------------------------------- commands
+
+
+def cmd_list(root: Path, args) -> int:
+    found = pipeline.chapters(root)
+    if not found:
+        print("no chapters (book/*.md with a jupytext header)")
+    for name, src in found.items():
+        nb = pipeline.read_source(src)
+        params = pipeline.parameters(nb, name)
+        executed = root / "notebooks" / f"{name}.ipynb"
+        print(f"{name:<16} {src.relative_to(root)}  ->  "
+              f"{executed.relative_to(root) if executed.exists() else '(not executed)'}")
+        for key, value in params.items():
+            print(f"    {key} = {value!r}")
+    return 0
+
+
+def cmd_run(root: Path, args) -> int:
+    params = dict(args.param or [])
+    run_chapter(root, args.chapter, args.profile, params)
+    return 0
+
+
+def cmd_build(root: Path, args) -> int:
+    t0 = time.perf_counter()
+    if not args.no_execute:
+        for name in pipeline.chapters(root):
+            run_chapter(root, name, "ci", {})
+    _timed("jupyter-book build", build_book, root)
+    print(f"book built in {time.perf_counter() - t0:.1f} s: open {root / '_build/html/index.html'}")
+    return 0
+
+
+def cmd_check(root: Path, args) -> int:
+    t0 = time.perf_counter()
+    steps = [("freshness", fresh), ("nbval", nbval), ("jupyter-book build -W", build_book),
+             ("browser check", browser)]
+    failed = []
+    for label, fn in steps:
+        if label == "browser check" and "jupyter-book build -W" in failed:
+            print(f"== {label}: skipped (the build failed)")
+            failed.append(label)
+            continue
+        try:
+            _timed(label, fn, root)
+        except pipeline.PipelineError as exc:
+            print(f"gradcore: {label}: {exc}", file=sys.stderr, flush=True)
+            failed.append(label)
+    total = time.perf_counter() - t0
+    if failed:
+        print(f"check FAILED ({', '.join(failed)}) in {total:.1f} s")
+        return 1
+    print(f"check passed in {total:.1f} s")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="gradcore", description="Execute, build and check the gradcore book.")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("list", help="list the chapters and their parameters")
+    p.set_defaults(fn=cmd_list)
+
+    p = sub.add_parser("run", help="execute one chapter into notebooks/",
+                       description="Execute book/CHAPTER.md. The default run writes notebooks/CHAPTER.ipynb "
+                                   "(committed, checked, published); other profiles or parameters write "
+                                   "notebooks/PROFILE/CHAPTER.ipynb.")
+    p.add_argument("chapter")
+    p.add_argument("--profile", default="ci", help="ci (default, what CI checks) or paper")
+    p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                   help="override a parameter of the chapter's parameters cell (repeatable)")
+    p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("build", help="execute every chapter (ci profile), then build _build/html")
+    p.add_argument("--no-execute", action="store_true", help="build from the committed notebooks only")
+    p.set_defaults(fn=cmd_build)
+
+    p = sub.add_parser("check", help="freshness, nbval, jupyter-book build -W, browser check")
+    p.set_defaults(fn=cmd_check)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.fn(_root(), args)
+    except pipeline.PipelineError as exc:
+        print(f"gradcore: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("gradcore: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""Offline datasets: everything a chapter needs is on disk already.
+
+* ``digits``: scikit-learn's 1,797 handwritten 8x8 digits (grayscale, ten classes).
+* ``photos``: RGB crops of the photographs bundled with scikit-image, resized to a
+  square side (32 by default), labelled by the photograph they come from.
+* ``cifar10`` / ``cifar100``: the python-pickle CIFAR archives, when the user has them.
+* ``imagefolder``: an ImageNet-style ``root/<class>/<image>`` tree, when the user has one.
+
+Pixels are float32 in [0, 1], shaped ``(N, C, H, W)``. Nothing here downloads.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .registry import Registry
+
+DATASETS: Registry = Registry("dataset")
+
+#: scikit-image photographs that are RGB, natural and bundled with the wheel (no fetch).
+PHOTO_FILES = {
+    "astronaut": "astronaut.png",
+    "cat": "chelsea.png",
+    "coffee": "coffee.png",
+    "rocket": "rocket.jpg",
+    "galaxies": "hubble_deep_field.jpg",
+    "tissue": "ihc.png",
+    "motorcycle": "motorcycle_left.png",
+    "retina": "retina.jpg",
+}
+
+
+@dataclass
+class Dataset:
+    """Images and labels held in memory.
+
+    Attributes
+    ----------
+    images : torch.Tensor
+        ``(N, C, H, W)`` float32 pixels in [0, 1].
+    labels : torch.Tensor
+        ``(N,)`` int64 class indices.
+    classes : list of str
+        Class names, indexed by label.
+    name : str
+        The registry name the set was loaded under.
+    """
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    classes: list
+    name: str
+    info: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def shape(self) -> tuple:
+        """Shape of one image, ``(C, H, W)``."""
+        return tuple(self.images.shape[1:])
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def batch(self, size: int, seed: int = 0, distinct_labels: bool = False):
+        """Draw ``size`` samples without replacement, reproducibly.
+
+        Parameters
+        ----------
+        size : int
+            Batch size.
+        seed : int
+            Seed of the draw; the same seed gives the same batch.
+        distinct_labels : bool
+            Draw at most one sample per class (a batch that is easy to tell apart).
+
+        Returns
+        -------
+        images, labels : torch.Tensor
+        """
+        if not 1 <= size <= len(self):
+            raise ValueError(f"batch size must be between 1 and {len(self)}, got {size}")
+        generator = np.random.default_rng(seed)
+        order = generator.permutation(len(self))
+        if distinct_labels:
+            if size > self.num_classes:
+                raise ValueError(f"{size} distinct labels asked for, {self.name} has {self.num_classes} classes")
+            _, first = np.unique(self.labels.numpy()[order], return_index=True)
+            order = order[np.sort(first)]
+        index = torch.as_tensor(order[:size])
+        return self.images[index].clone(), self.labels[index].clone()
+
+    def __repr__(self) -> str:
+        return f"Dataset({self.name!r}: {len(self)} images of shape {self.shape}, {self.num_classes} classes)"
+
+
+def load(name: str, **options) -> Dataset:
+    """Load a dataset by registry name, e.g. ``load("photos", size=32)``."""
+    return DATASETS[name](**options)
+
+
+@DATASETS.register("digits")
+def digits(limit: int | None = None) -> Dataset:
+    """scikit-learn's 8x8 handwritten digits, scaled from [0, 16] to [0, 1]."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images = torch.tensor(bunch.images / 16.0, dtype=torch.float32).unsqueeze(1)
+    labels = torch.tensor(bunch.target, dtype=torch.int64)
+    if limit is not None:
+        images, labels = images[:limit], labels[:limit]
+    return Dataset(images, labels, [str(k) for k in range(10)], "digits")
+
+
+def _read_photo(file_name: str) -> np.ndarray:
+    from skimage import io
+    import skimage
+
+    path = Path(skimage.__file__).parent / "data" / file_name
+    if not path.exists():
+        raise FileNotFoundError(f"scikit-image's bundled photograph {path} is missing; reinstall scikit-image")
+    image = io.imread(path)
+    return image[..., :3]
+
+
+@DATASETS.register("photos")
+def photos(size: int = 32, per_photo: int = 16, crop_fraction: float = 0.5, seed: int = 0) -> Dataset:
+    """Square RGB crops of scikit-image's bundled photographs.
+
+    Parameters
+    ----------
+    size : int
+        Side of the returned images in pixels (32 matches CIFAR).
+    per_photo : int
+        Crops per photograph; the label of a crop is its photograph.
+    crop_fraction : float
+        Side of a crop as a fraction of the photograph's shorter side, before resizing.
+    seed : int
+        Seed of the crop positions.
+    """
+    from skimage.transform import resize
+
+    generator = np.random.default_rng(seed)
+    images, labels = [], []
+    for label, file_name in enumerate(PHOTO_FILES.values()):
+        photo = _read_photo(file_name).astype(np.float64) / 255.0
+        height, width = photo.shape[:2]
+        side = int(min(height, width) * crop_fraction)
+        for _ in range(per_photo):
+            top = generator.integers(0, height - side + 1)
+            left = generator.integers(0, width - side + 1)
+            crop = resize(photo[top : top + side, left : left + side], (size, size), anti_aliasing=True)
+            images.append(crop.transpose(2, 0, 1))
+            labels.append(label)
+    tensor = torch.tensor(np.clip(np.stack(images), 0.0, 1.0), dtype=torch.float32)
+    return Dataset(tensor, torch.tensor(labels), list(PHOTO_FILES), "photos", {"size": size})
+
+
+def _missing(what: str, path: Path, hint: str) -> FileNotFoundError:
+    return FileNotFoundError(f"{what} not found at {path}. gradcore never downloads data: {hint}")
+
+
+def _cifar(root: str | os.PathLike | None, folder: str, files: Sequence[str], label_key: str, meta: str, meta_key: str, name: str) -> Dataset:
+    root = Path(root or os.environ.get("GRADCORE_DATA", "~/data")).expanduser()
+    base = root / folder
+    paths = [base / f for f in files]
+    absent = [p for p in paths + [base / meta] if not p.exists()]
+    if absent:
+        raise _missing(name, absent[0], f"place the python version of the archive, extracted, so that {base} holds {', '.join(files)} and {meta}")
+    images, labels = [], []
+    for path in paths:
+        with open(path, "rb") as handle:
+            entry = pickle.load(handle, encoding="latin1")
+        images.append(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+        labels.extend(entry[label_key])
+    with open(base / meta, "rb") as handle:
+        classes = pickle.load(handle, encoding="latin1")[meta_key]
+    tensor = torch.tensor(np.concatenate(images), dtype=torch.float32) / 255.0
+    return Dataset(tensor, torch.tensor(labels, dtype=torch.int64), list(classes), name)
+
+
+@DATASETS.register("cifar10")
+def cifar10(root: str | None = None, split: str = "test") -> Dataset:
+    """CIFAR-10 from ``root/cifar-10-batches-py`` (``root`` defaults to $GRADCORE_DATA or ~/data)."""
+    files = ["test_batch"] if split == "test" else [f"data_batch_{k}" for k in range(1, 6)]
+    return _cifar(root, "cifar-10-batches-py", files, "labels", "batches.meta", "label_names", "cifar10")
+
+
+@DATASETS.register("cifar100")
+def cifar100(root: str | None = None, split: str = "test") -> Dataset:
+    """CIFAR-100 (fine labels) from ``root/cifar-100-python``."""
+    return _cifar(root, "cifar-100-python", [split], "fine_labels", "meta", "fine_label_names", "cifar100")
+
+
+@DATASETS.register("imagefolder")
+def imagefolder(root: str, size: int = 224, limit_per_class: int | None = None) -> Dataset:
+    """An ImageNet-style tree ``root/<class>/<image>``, centre-cropped and resized to ``size``."""
+    from skimage import io
+    from skimage.transform import resize
+
+    base = Path(root).expanduser()
+    if not base.is_dir():
+        raise _missing("image folder", base, "point root at a folder of class sub-folders of images")
+    classes = sorted(p.name for p in base.iterdir() if p.is_dir())
+    if not classes:
+        raise _missing("class sub-folders", base, "the folder must contain one sub-folder per class")
+    images, labels = [], []
+    for label, name in enumerate(classes):
+        files = sorted(p for p in (base / name).iterdir() if p.suffix.lower() in {".png", ".jpg", ".jpeg", ".bmp"})
+        for path in files[:limit_per_class]:
+            image = io.imread(path)
+            image = image / np.iinfo(image.dtype).max if np.issubdtype(image.dtype, np.integer) else image
+            image = np.repeat(image[..., None], 3, axis=2) if image.ndim == 2 else image[..., :3]
+            side = min(image.shape[:2])
+            top, left = (image.shape[0] - side) // 2, (image.shape[1] - side) // 2
+            crop = resize(image[top : top + side, left : left + side], (size, size), anti_aliasing=True)
+            images.append(crop.transpose(2, 0, 1))
+            labels.append(label)
+    if not images:
+        raise _missing("images", base, "the class sub-folders hold no .png, .jpg, .jpeg or .bmp files")
+    tensor = torch.tensor(np.clip(np.stack(images), 0, 1), dtype=torch.float32)
+    return Dataset(tensor, torch.tensor(labels), classes, "imagefolder")

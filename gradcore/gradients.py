@@ -1,0 +1,138 @@
+"""What a federated client computes and shares.
+
+A gradient is a tuple of tensors, one per trainable parameter, in
+``model.parameters()`` order. ``shared_gradient`` is the single entry point for
+"what the server sees": the batch-averaged gradient, optionally passed through a
+defense from :mod:`gradcore.defenses`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .registry import Registry
+
+Gradient = tuple  # tuple[torch.Tensor, ...], one entry per trainable parameter
+
+LOSSES: Registry = Registry("loss")
+
+
+@LOSSES.register("cross_entropy")
+def cross_entropy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy; ``targets`` are class indices or per-class probabilities."""
+    if not targets.is_floating_point():
+        return F.cross_entropy(outputs, targets.long())
+    return -(targets * F.log_softmax(outputs, dim=-1)).sum(dim=-1).mean()
+
+
+@LOSSES.register("half_squared_error")
+def half_squared_error(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``(1/2B) sum_j (o_j - y_j)^2``: its gradient is the DLG source's ``(1/B) sum (o_j - y_j) x_j``."""
+    return 0.5 * (outputs.reshape(len(targets), -1) - targets.reshape(len(targets), -1).to(outputs.dtype)).pow(2).sum(dim=1).mean()
+
+
+def loss_function(loss: str | Callable) -> Callable:
+    """A loss given by name (see :data:`LOSSES`) or as a callable."""
+    return LOSSES[loss] if isinstance(loss, str) else loss
+
+
+def trainable(model: nn.Module) -> list[nn.Parameter]:
+    """The parameters a gradient is taken with respect to."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def batch_gradient(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss: str | Callable = "cross_entropy",
+                   create_graph: bool = False) -> Gradient:
+    """Gradient of the batch-mean loss with respect to every trainable parameter.
+
+    ``create_graph=True`` keeps the graph so the result can itself be differentiated
+    with respect to ``inputs``, which is what every gradient-matching attack does.
+    """
+    objective = loss_function(loss)(model(inputs), targets)
+    return tuple(torch.autograd.grad(objective, trainable(model), create_graph=create_graph))
+
+
+def per_sample_gradients(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss: str | Callable = "cross_entropy") -> Gradient:
+    """One gradient per sample, vectorised with ``torch.func`` (leading batch dimension).
+
+    Their mean over the batch equals :func:`batch_gradient` for mean-reduced losses.
+    The model must not use batch statistics (no batch norm in training mode).
+    """
+    from torch.func import functional_call, grad, vmap
+
+    names = [name for name, p in model.named_parameters() if p.requires_grad]
+    params = {name: p.detach() for name, p in model.named_parameters() if p.requires_grad}
+    buffers = {name: b.detach() for name, b in model.named_buffers()}
+    objective = loss_function(loss)
+
+    def single(parameters, x, y):
+        outputs = functional_call(model, (parameters, buffers), (x.unsqueeze(0),))
+        return objective(outputs, y.unsqueeze(0))
+
+    gradients = vmap(grad(single), in_dims=(None, 0, 0))(params, inputs, targets)
+    return tuple(gradients[name] for name in names)
+
+
+def shared_gradient(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss: str | Callable = "cross_entropy",
+                    defense: str | None = None, seed: int = 0, **defense_options) -> Gradient:
+    """The update a federated client sends: the batch-averaged gradient, defended.
+
+    Parameters
+    ----------
+    defense : str, optional
+        Name in :data:`gradcore.defenses.DEFENSES` (e.g. ``"noise"``, ``"clip"``);
+        ``None`` shares the raw gradient, as in Zhu et al. (2019).
+    seed : int
+        Seed of any randomness in the defense.
+    **defense_options
+        Passed to the defense, e.g. ``sigma=0.01`` or ``bound=1.0``.
+    """
+    gradient = tuple(g.detach() for g in batch_gradient(model, inputs, targets, loss))
+    if defense is None:
+        return gradient
+    from .defenses import defend
+
+    return defend(gradient, defense, seed=seed, **defense_options)
+
+
+def validate(gradient: Sequence[torch.Tensor], model: nn.Module) -> Gradient:
+    """Check that ``gradient`` can be one of ``model``'s, naming what is wrong if not.
+
+    Raises
+    ------
+    ValueError
+        Empty gradient, wrong number of tensors, a shape that differs from its
+        parameter's, non-finite entries, or a gradient that is zero everywhere.
+    """
+    parameters = trainable(model)
+    gradient = tuple(gradient)
+    if len(gradient) == 0:
+        raise ValueError("the gradient is empty: expected one tensor per trainable parameter "
+                         f"({len(parameters)} for this model)")
+    if len(gradient) != len(parameters):
+        raise ValueError(f"the gradient has {len(gradient)} tensors but the model has {len(parameters)} trainable parameters")
+    for index, (g, p) in enumerate(zip(gradient, parameters)):
+        if not isinstance(g, torch.Tensor):
+            raise ValueError(f"gradient entry {index} is a {type(g).__name__}, not a tensor")
+        if g.shape != p.shape:
+            raise ValueError(f"gradient entry {index} has shape {tuple(g.shape)}, its parameter has {tuple(p.shape)}")
+        bad = (~torch.isfinite(g)).sum().item()
+        if bad:
+            raise ValueError(f"gradient entry {index} (shape {tuple(g.shape)}) has {bad} NaN or infinite values")
+    if all(torch.count_nonzero(g) == 0 for g in gradient):
+        raise ValueError("the gradient is zero everywhere: it carries no information to invert")
+    return gradient
+
+
+def flatten(gradient: Sequence[torch.Tensor]) -> torch.Tensor:
+    """All entries of a gradient as one vector."""
+    return torch.cat([g.reshape(-1) for g in gradient])
+
+
+def norm(gradient: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Euclidean norm of the whole gradient."""
+    return torch.sqrt(sum(g.pow(2).sum() for g in gradient))

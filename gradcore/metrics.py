@@ -1,0 +1,147 @@
+"""Reconstruction quality on [0, 1] pixels: MSE, PSNR, SSIM, LPIPS.
+
+Every metric takes ``(reconstruction, truth)`` batches of shape ``(B, C, H, W)`` and
+returns one value per image; :data:`METRICS` holds them by name. SSIM follows
+Wang et al. (2004) with scikit-image's defaults (7x7 uniform window, sample
+covariance), so the two agree to float precision.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .registry import Registry
+
+METRICS: Registry = Registry("metric")
+
+#: Which way is better for the attacker, per metric.
+HIGHER_IS_BETTER = {"mse": False, "psnr": True, "ssim": True, "lpips": False}
+
+
+def _check_pair(reconstruction: torch.Tensor, truth: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if reconstruction.shape != truth.shape:
+        raise ValueError(f"reconstruction has shape {tuple(reconstruction.shape)}, truth has {tuple(truth.shape)}")
+    if reconstruction.dim() != 4:
+        raise ValueError(f"expected image batches shaped (B, C, H, W), got {tuple(truth.shape)}")
+    return reconstruction.detach().double(), truth.detach().double()
+
+
+@METRICS.register("mse")
+def mse(reconstruction: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+    """Mean squared error per image."""
+    reconstruction, truth = _check_pair(reconstruction, truth)
+    return (reconstruction - truth).pow(2).flatten(1).mean(1)
+
+
+@METRICS.register("psnr")
+def psnr(reconstruction: torch.Tensor, truth: torch.Tensor, data_range: float = 1.0) -> torch.Tensor:
+    """Peak signal-to-noise ratio per image in dB, ``10 log10(range^2 / MSE)``."""
+    return 10 * torch.log10(data_range**2 / mse(reconstruction, truth))
+
+
+@METRICS.register("ssim")
+def ssim(reconstruction: torch.Tensor, truth: torch.Tensor, data_range: float = 1.0, window: int = 7) -> torch.Tensor:
+    """Structural similarity per image, averaged over channels (Wang et al., 2004, Eq. 13).
+
+    Matches ``skimage.metrics.structural_similarity`` with its defaults: a uniform
+    ``window`` x ``window`` window, sample covariance, and the mean over the region
+    whose windows lie inside the image (scikit-image crops the same border).
+    """
+    reconstruction, truth = _check_pair(reconstruction, truth)
+    if min(truth.shape[-2:]) < window:
+        raise ValueError(f"SSIM needs images of at least {window}x{window} pixels, got {tuple(truth.shape[-2:])}")
+    channels = truth.shape[1]
+    x, y = reconstruction.flatten(0, 1).unsqueeze(1), truth.flatten(0, 1).unsqueeze(1)
+    average = lambda t: F.avg_pool2d(t, window, stride=1)  # noqa: E731
+    count = window * window
+    unbias = count / (count - 1)
+    mean_x, mean_y = average(x), average(y)
+    var_x = unbias * (average(x * x) - mean_x**2)
+    var_y = unbias * (average(y * y) - mean_y**2)
+    cov = unbias * (average(x * y) - mean_x * mean_y)
+    c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
+    index = ((2 * mean_x * mean_y + c1) * (2 * cov + c2)) / ((mean_x**2 + mean_y**2 + c1) * (var_x + var_y + c2))
+    return index.flatten(1).mean(1).reshape(-1, channels).mean(1)
+
+
+#: torchvision's file names for the ImageNet backbones the ``lpips`` package builds on.
+LPIPS_BACKBONES = {
+    "alex": "alexnet-owt-7be5be79.pth",
+    "vgg": "vgg16-397923af.pth",
+    "squeeze": "squeezenet1_1-b8a52dc0.pth",
+}
+_lpips_models: dict = {}
+
+
+def lpips_backbone_path(net: str = "alex") -> Path:
+    """Where torchvision looks for the ImageNet weights of an LPIPS backbone."""
+    if net not in LPIPS_BACKBONES:
+        raise ValueError(f"unknown LPIPS backbone {net!r}; known: {', '.join(LPIPS_BACKBONES)}")
+    return Path(torch.hub.get_dir()) / "checkpoints" / LPIPS_BACKBONES[net]
+
+
+def lpips_available(net: str = "alex") -> bool:
+    """Whether LPIPS can run offline: the package imports and the backbone file is present."""
+    try:
+        import lpips  # noqa: F401
+    except ImportError:
+        return False
+    return lpips_backbone_path(net).exists()
+
+
+@METRICS.register("lpips")
+def lpips(reconstruction: torch.Tensor, truth: torch.Tensor, net: str = "alex") -> torch.Tensor:
+    """Learned perceptual distance (Zhang et al., 2018) through the ``lpips`` package.
+
+    Raises
+    ------
+    FileNotFoundError
+        When the backbone's ImageNet weights are not in the torch hub cache. gradcore
+        never downloads them and never substitutes another network.
+    """
+    path = lpips_backbone_path(net)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"LPIPS needs the ImageNet weights of its {net!r} backbone at {path} (torchvision's file "
+            f"{LPIPS_BACKBONES[net]}). gradcore never downloads weights: copy that file there (or set "
+            "TORCH_HOME to a folder whose hub/checkpoints holds it) and run again.")
+    if min(truth.shape[-2:]) < 32:
+        raise ValueError(f"LPIPS's ImageNet backbone needs images of at least 32x32 pixels, got {tuple(truth.shape[-2:])}; "
+                         "upsample both batches first")
+    import lpips as lpips_package
+
+    if net not in _lpips_models:
+        _lpips_models[net] = lpips_package.LPIPS(net=net, verbose=False).eval()
+    reconstruction, truth = _check_pair(reconstruction, truth)
+    if truth.shape[1] == 1:  # the backbone expects colour
+        reconstruction, truth = reconstruction.repeat(1, 3, 1, 1), truth.repeat(1, 3, 1, 1)
+    network = _lpips_models[net].to(truth.device)
+    with torch.no_grad():
+        return network(reconstruction.float(), truth.float(), normalize=True).flatten().double()
+
+
+def measure(name: str, reconstruction: torch.Tensor, truth: torch.Tensor, **options) -> torch.Tensor:
+    """A metric by registry name, per image."""
+    return METRICS[name](reconstruction, truth, **options)
+
+
+def align(reconstruction: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+    """Permutation of the reconstructions that best matches the truth by MSE.
+
+    A joint attack on a batch recovers the images in an arbitrary order; scoring
+    compares each private image with the reconstruction assigned to it by the
+    Hungarian algorithm. Returns indices ``p`` so that ``reconstruction[p]`` lines up.
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    truth, candidates = truth.detach().flatten(1).double(), reconstruction.detach().flatten(1).double()
+    # A diverging attack leaves finite pixels so large that squared distances overflow to inf, which the
+    # assignment refuses; dividing both batches by one factor >= 1 keeps the optimum (and is 1 for images).
+    scale = torch.clamp(torch.maximum(truth.abs().max(), candidates.abs().max()), min=1.0)
+    cost = torch.cdist(truth / scale, candidates / scale).pow(2)
+    _, columns = linear_sum_assignment(cost.cpu().numpy())
+    return torch.as_tensor(columns, device=reconstruction.device)

@@ -1,0 +1,191 @@
+"""The networks the papers attack, written here so torchvision stays optional.
+
+Every constructor is registered by name in :data:`MODELS` and returns a plain
+``torch.nn.Module``. ``build("lenet", shape=(3, 32, 32), num_classes=10)`` is the
+usual entry point.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from .registry import Registry
+
+MODELS: Registry = Registry("model")
+ACTIVATIONS: Registry = Registry("activation")
+ACTIVATIONS.add("relu", nn.ReLU)
+ACTIVATIONS.add("sigmoid", nn.Sigmoid)
+ACTIVATIONS.add("tanh", nn.Tanh)
+ACTIVATIONS.add("leaky_relu", nn.LeakyReLU)
+ACTIVATIONS.add("identity", nn.Identity)
+
+
+def build(name: str, shape: Sequence[int], num_classes: int, seed: int = 0, **options) -> nn.Module:
+    """Build a registered model with seeded initial weights.
+
+    Parameters
+    ----------
+    name : str
+        Registry name: ``linear_unit``, ``mlp``, ``lenet``, ``convnet``, ``resnet``.
+    shape : sequence of int
+        Shape of one input, ``(C, H, W)`` or ``(D,)``.
+    num_classes : int
+        Outputs of the last layer (ignored by ``linear_unit``, which has one).
+    seed : int
+        Seed of the initial weights.
+    """
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        return MODELS[name](tuple(shape), num_classes, **options)
+    finally:
+        torch.random.set_rng_state(generator_state)
+
+
+@MODELS.register("linear_unit")
+def linear_unit(shape: Sequence[int], num_classes: int = 1) -> nn.Module:
+    """One linear unit ``o = W.x + b`` on the flattened input (the DLG warm-up model).
+
+    Weights are drawn from N(0, 1/D) and the bias is zero; the model is frozen in the
+    sense that the attack only ever reads its gradient and never updates it.
+    """
+    model = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(shape), 1))
+    nn.init.normal_(model[1].weight, std=1.0 / math.sqrt(math.prod(shape)))
+    nn.init.zeros_(model[1].bias)
+    return model
+
+
+@MODELS.register("mlp")
+def mlp(shape: Sequence[int], num_classes: int, widths: Sequence[int] = (100,), activation: str = "relu", bias: bool = True) -> nn.Sequential:
+    """Fully-connected network: ``widths`` hidden layers, each followed by ``activation``."""
+    layers: list[nn.Module] = [nn.Flatten()]
+    features = math.prod(shape)
+    for width in widths:
+        layers += [nn.Linear(features, width, bias=bias), ACTIVATIONS[activation]()]
+        features = width
+    layers.append(nn.Linear(features, num_classes, bias=bias))
+    return nn.Sequential(*layers)
+
+
+@MODELS.register("lenet")
+def lenet(shape: Sequence[int], num_classes: int, init: str = "dlg") -> nn.Sequential:
+    """The sigmoid LeNet variant of Zhu et al. (2019), Deep Leakage from Gradients.
+
+    Three 5x5 convolutions of 12 channels (strides 2, 2, 1) with sigmoid activations and
+    one linear layer. ``init="dlg"`` draws every weight and bias from U(-0.5, 0.5) as the
+    DLG authors did; a twice-differentiable, non-saturated start is what makes the
+    L-BFGS attack work.
+    """
+    channels, height, width = shape
+    model = nn.Sequential(
+        nn.Conv2d(channels, 12, 5, padding=2, stride=2), nn.Sigmoid(),
+        nn.Conv2d(12, 12, 5, padding=2, stride=2), nn.Sigmoid(),
+        nn.Conv2d(12, 12, 5, padding=2, stride=1), nn.Sigmoid(),
+        nn.Flatten(),
+        nn.Linear(12 * math.ceil(height / 4) * math.ceil(width / 4), num_classes),
+    )
+    if init == "dlg":
+        for parameter in model.parameters():
+            nn.init.uniform_(parameter, -0.5, 0.5)
+    elif init != "default":
+        raise ValueError(f"unknown LeNet init {init!r}; use 'dlg' or 'default'")
+    return model
+
+
+def _conv_block(inputs: int, outputs: int, padding_mode: str) -> list[nn.Module]:
+    return [nn.Conv2d(inputs, outputs, 3, padding=1, padding_mode=padding_mode, bias=False), nn.BatchNorm2d(outputs), nn.ReLU()]
+
+
+@MODELS.register("convnet")
+def convnet(shape: Sequence[int], num_classes: int, width: int = 64, padding_mode: str = "zeros") -> nn.Sequential:
+    """The eight-layer ConvNet of Geiping et al. (2020), Inverting Gradients, Sec. 5.
+
+    Channels ``w, 2w, 2w, 4w, 4w, 4w`` then a 3x3 max-pool, ``4w, 4w`` and another
+    max-pool, then one linear layer; every convolution is 3x3 with batch norm and ReLU.
+    """
+    channels = [shape[0], width, 2 * width, 2 * width, 4 * width, 4 * width, 4 * width]
+    layers: list[nn.Module] = []
+    for inputs, outputs in zip(channels[:-1], channels[1:]):
+        layers += _conv_block(inputs, outputs, padding_mode)
+    layers.append(nn.MaxPool2d(3))
+    layers += _conv_block(4 * width, 4 * width, padding_mode) + _conv_block(4 * width, 4 * width, padding_mode)
+    layers += [nn.MaxPool2d(3), nn.Flatten()]
+    side_h, side_w = shape[1] // 9, shape[2] // 9
+    layers.append(nn.Linear(4 * width * side_h * side_w, num_classes))
+    return nn.Sequential(*layers)
+
+
+class _BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, inputs: int, planes: int, stride: int, padding_mode: str):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(inputs, planes, 3, stride, 1, bias=False, padding_mode=padding_mode), nn.BatchNorm2d(planes), nn.ReLU(),
+            nn.Conv2d(planes, planes, 3, 1, 1, bias=False, padding_mode=padding_mode), nn.BatchNorm2d(planes),
+        )
+        self.shortcut = _shortcut(inputs, planes * self.expansion, stride)
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.shortcut(x))
+
+
+class _Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, inputs: int, planes: int, stride: int, padding_mode: str):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(inputs, planes, 1, bias=False), nn.BatchNorm2d(planes), nn.ReLU(),
+            nn.Conv2d(planes, planes, 3, stride, 1, bias=False, padding_mode=padding_mode), nn.BatchNorm2d(planes), nn.ReLU(),
+            nn.Conv2d(planes, planes * 4, 1, bias=False), nn.BatchNorm2d(planes * 4),
+        )
+        self.shortcut = _shortcut(inputs, planes * self.expansion, stride)
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.shortcut(x))
+
+
+def _shortcut(inputs: int, outputs: int, stride: int) -> nn.Module:
+    if stride == 1 and inputs == outputs:
+        return nn.Identity()
+    return nn.Sequential(nn.Conv2d(inputs, outputs, 1, stride, bias=False), nn.BatchNorm2d(outputs))
+
+
+#: Blocks per stage of the CIFAR-style ResNets (He et al., 2016).
+RESNET_DEPTHS = {
+    18: (_BasicBlock, (2, 2, 2, 2)),
+    34: (_BasicBlock, (3, 4, 6, 3)),
+    50: (_Bottleneck, (3, 4, 6, 3)),
+    101: (_Bottleneck, (3, 4, 23, 3)),
+}
+
+
+@MODELS.register("resnet")
+def resnet(shape: Sequence[int], num_classes: int, depth: int = 18, width: int = 64, padding_mode: str = "zeros") -> nn.Sequential:
+    """CIFAR-style ResNet: 3x3 stem, four stages of base ``width`` x (1, 2, 4, 8).
+
+    ``depth`` is 18, 34, 50 or 101; ``width`` is the base width Geiping et al. vary
+    (16 to 128) in their width experiment.
+    """
+    if depth not in RESNET_DEPTHS:
+        raise ValueError(f"ResNet depth must be one of {sorted(RESNET_DEPTHS)}, got {depth}")
+    block, counts = RESNET_DEPTHS[depth]
+    layers: list[nn.Module] = [nn.Conv2d(shape[0], width, 3, 1, 1, bias=False, padding_mode=padding_mode), nn.BatchNorm2d(width), nn.ReLU()]
+    inputs = width
+    for stage, count in enumerate(counts):
+        planes = width * 2**stage
+        for index in range(count):
+            layers.append(block(inputs, planes, 2 if stage > 0 and index == 0 else 1, padding_mode))
+            inputs = planes * block.expansion
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(inputs, num_classes)]
+    return nn.Sequential(*layers)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable parameters."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -1,0 +1,673 @@
+"""Execute, normalise, check and publish the book's chapters.
+
+Layout (relative to a repository root):
+
+* ``book/<name>.md``: a chapter, a MyST-markdown notebook with a jupytext header, one code cell
+  tagged ``parameters`` that sets ``profile = "ci"``.
+* ``notebooks/<name>.ipynb``: the chapter executed in the ci profile with default parameters (what
+  is committed, checked by nbval and published).
+* ``notebooks/<profile>/<name>.ipynb``: any other run (paper profile, changed parameters).
+* ``notebooks/status.json`` / ``notebooks/status.md``: the last run of each chapter and profile.
+
+Every function takes the repository root, so the tests can work on a copy in a temporary folder.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import datetime
+import hashlib
+import json
+import os
+import platform
+import re
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+PROFILES = ("ci", "paper")
+DEFAULT_PROFILE = "ci"
+INJECTED_TAG = "injected-parameters"
+SLOW_CELL_SECONDS = 5.0  # `gradcore run` prints the cells that take longer, with their time
+
+# Cell metadata keys written by nbclient/papermill that change on every run.
+_VOLATILE_CELL_METADATA = ("execution", "papermill", "ExecuteTime")
+
+
+class PipelineError(ValueError):
+    """A user error or a failed chapter: the CLI prints the message, without a traceback."""
+
+
+# --------------------------------------------------------------------------------------- chapters
+
+
+def _front_matter(path: Path) -> dict:
+    import yaml
+
+    text = path.read_text(encoding="utf-8")
+    if not text.startswith("---\n"):
+        return {}
+    end = text.find("\n---", 4)
+    if end < 0:
+        return {}
+    try:
+        data = yaml.safe_load(text[4:end])
+    except yaml.YAMLError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def chapters(root) -> dict[str, Path]:
+    """Chapter name -> source path: every ``book/*.md`` with a jupytext header, sorted by name."""
+    book = Path(root) / "book"
+    return {p.stem: p for p in sorted(book.glob("*.md")) if "jupytext" in _front_matter(p)}
+
+
+def chapter_source(root, name: str) -> Path:
+    found = chapters(root)
+    if name not in found:
+        known = ", ".join(found) or "none (no book/*.md with a jupytext header)"
+        raise PipelineError(f"unknown chapter {name!r}; known chapters: {known}")
+    return found[name]
+
+
+def read_source(path: Path):
+    import jupytext
+
+    return jupytext.read(path)
+
+
+def _tags(cell) -> list:
+    return list(cell.get("metadata", {}).get("tags", []))
+
+
+def parameters_cell_index(nb, name: str = "chapter") -> int:
+    found = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "parameters" in _tags(c)]
+    if len(found) != 1:
+        raise PipelineError(
+            f"{name}: expected exactly one code cell tagged `parameters`, found {len(found)}"
+        )
+    return found[0]
+
+
+def parameters(nb, name: str = "chapter") -> dict:
+    """The chapter's parameters and their defaults, parsed from its ``parameters`` cell.
+
+    Only plain ``NAME = <literal>`` assignments count (the values papermill can inject).
+    """
+    cell = nb.cells[parameters_cell_index(nb, name)]
+    try:
+        tree = ast.parse(cell.source)
+    except SyntaxError as exc:
+        raise PipelineError(f"{name}: the parameters cell is not valid Python: {exc}") from None
+    params = {}
+    for node in tree.body:
+        target = getattr(node, "target", None) if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        if not isinstance(target, ast.Name) or node.value is None:
+            continue
+        try:
+            params[target.id] = ast.literal_eval(node.value)
+        except ValueError:
+            continue  # computed values cannot be parameters
+    if params.get("profile") != DEFAULT_PROFILE:
+        raise PipelineError(f'{name}: the parameters cell must set profile = "{DEFAULT_PROFILE}"')
+    return params
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def convert(name: str, value, default):
+    """Convert a command-line string to the type of the parameter's default (bool, int, float, str)."""
+    if not isinstance(value, str):
+        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        return value
+    try:
+        if isinstance(default, bool):
+            low = value.strip().lower()
+            if low in _TRUE:
+                return True
+            if low in _FALSE:
+                return False
+            raise ValueError
+        if isinstance(default, int):
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+        if isinstance(default, str):
+            return value
+        if default is None:
+            with contextlib.suppress(ValueError, SyntaxError):
+                return ast.literal_eval(value)
+            return value
+        return type(default)(ast.literal_eval(value))
+    except (ValueError, SyntaxError, TypeError):
+        kind = type(default).__name__
+        raise PipelineError(f"parameter {name}: {value!r} is not a valid {kind} (default {default!r})") from None
+
+
+def _resolve(name: str, nb, profile: str, given: dict) -> tuple[dict, dict]:
+    """Validate profile and parameters; return (defaults, parameters that differ from them)."""
+    if profile not in PROFILES:
+        raise PipelineError(f"unknown profile {profile!r}; valid profiles: {', '.join(PROFILES)}")
+    defaults = parameters(nb, name)
+    if "profile" in given:
+        raise PipelineError("set the profile with --profile, not as a parameter")
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        valid = ", ".join(f"{k} (default {v!r})" for k, v in defaults.items() if k != "profile")
+        raise PipelineError(
+            f"{name}: unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+            f"valid parameters: {valid or 'none'}"
+        )
+    values = {k: convert(k, v, defaults[k]) for k, v in given.items()}
+    values["profile"] = profile
+    changed = {k: v for k, v in values.items() if v != defaults[k]}
+    return defaults, changed
+
+
+# ---------------------------------------------------------------------------------- normalisation
+
+
+def _collapse(text: str, keep_leading_cr: bool) -> str:
+    """Keep, on each line, only what follows its last carriage return (tqdm's final frame).
+
+    ``keep_leading_cr`` keeps a ``\\r`` in front of the first line when it had one: the stream
+    continues an unterminated line of an earlier output of the same name, and nbval, which
+    concatenates all outputs of one name, must still see that line overwritten.
+    """
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if "\r" in line:
+            tail = line.rsplit("\r", 1)[1]
+            lines[i] = "\r" + tail if (i == 0 and keep_leading_cr) else tail
+    return "\n".join(lines)
+
+
+# Within a run of consecutive stream outputs, the order of stdout and stderr chunks is set by
+# ipykernel's flush timers, not by the code (a print after a tqdm loop lands between the bar and
+# its closing newline in one run, after it in the next): merge each name into one output, stderr
+# (progress bars, warnings) first, so re-runs give the same notebook.
+_STREAM_ORDER = {"stderr": 0, "stdout": 1}
+
+
+def _normalise_outputs(outputs: list) -> list:
+    result: list = []
+    block: dict = {}
+
+    def flush():
+        for name in sorted(block, key=lambda n: (_STREAM_ORDER.get(n, 2), n)):
+            result.append({"output_type": "stream", "name": name, "text": "".join(block[name])})
+        block.clear()
+
+    for out in outputs:
+        if out.get("output_type") == "stream":
+            block.setdefault(out["name"], []).append(out["text"])
+        else:
+            flush()
+            out = dict(out)
+            out.pop("transient", None)
+            result.append(out)
+    flush()
+    previous: dict = {}
+    for out in result:
+        if out["output_type"] == "stream":
+            name = out["name"]
+            unterminated = name in previous and not previous[name].endswith("\n")
+            previous[name] = out["text"]
+            out["text"] = _collapse(out["text"], keep_leading_cr=unterminated)
+    return result
+
+
+def _cell_id(cell, seen: dict) -> str:
+    key = hashlib.sha1(f"{cell['cell_type']}\0{cell['source']}".encode()).hexdigest()[:10]
+    seen[key] = seen.get(key, 0) + 1
+    return key if seen[key] == 1 else f"{key}-{seen[key]}"
+
+
+def normalise(nb, source: str = "", profile: str = DEFAULT_PROFILE):
+    """Make an executed notebook deterministic: ids, metadata, progress output."""
+    import nbformat
+
+    nb = nbformat.from_dict(json.loads(json.dumps(nb)))
+    nb.nbformat, nb.nbformat_minor = 4, 5
+    md = nb.metadata
+    md.pop("jupytext", None)
+    pm = md.pop("papermill", {}) or {}
+    md["papermill"] = {"parameters": pm.get("parameters", {})}
+    md["gradcore"] = {"source": source, "profile": profile}
+    seen: dict = {}
+    for cell in nb.cells:
+        for key in _VOLATILE_CELL_METADATA:
+            cell.metadata.pop(key, None)
+        if cell.metadata.get("tags") == []:
+            del cell.metadata["tags"]
+        if cell.cell_type == "code":
+            cell.outputs = [nbformat.from_dict(o) for o in _normalise_outputs(cell.get("outputs", []))]
+        cell.id = _cell_id(cell, seen)
+    return nb
+
+
+def write_notebook(nb, path: Path) -> None:
+    import nbformat
+
+    text = nbformat.writes(nb)
+    if not text.endswith("\n"):
+        text += "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# -------------------------------------------------------------------------------------- execution
+
+
+@contextlib.contextmanager
+def kernel_env(profile: str = DEFAULT_PROFILE):
+    """The environment every kernel runs in: papermill's here, nbval's in ``gradcore check``.
+
+    The same thread count and hash seed on both sides keep printed numbers identical.
+    ``MPLBACKEND=Agg`` would make inline figures vanish from the outputs, so it is dropped.
+    """
+    saved = dict(os.environ)
+    os.environ["GRADCORE_PROFILE"] = profile
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    os.environ.setdefault("OMP_NUM_THREADS", "2")
+    if os.environ.get("MPLBACKEND", "").lower() in ("agg", "module://agg"):
+        del os.environ["MPLBACKEND"]
+    try:
+        yield dict(os.environ)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path):
+    """Send file descriptor 2 (ours and the kernel's, which inherits it) to a file: the kernel's
+    start-up and shutdown chatter; shown only when a run fails outside a cell."""
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "wb") as f:
+        os.dup2(f.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def output_path(root, name: str, profile: str, injected: dict) -> Path:
+    """notebooks/NAME.ipynb for the default run, else notebooks/PROFILE/NAME.ipynb."""
+    nbdir = Path(root) / "notebooks"
+    if profile == DEFAULT_PROFILE and not injected:
+        return nbdir / f"{name}.ipynb"
+    return nbdir / profile / f"{name}.ipynb"
+
+
+def _first_line(source: str) -> str:
+    for line in source.splitlines():
+        if line.strip():
+            return line.strip()
+    return "(empty cell)"
+
+
+def _locate(root: Path, src: Path, nb, index: int, exc) -> str:
+    """``book/x.md:LINE`` of the failing cell's fence, and the failing line inside the cell."""
+    ordinal = sum(c.cell_type == "code" for c in nb.cells[:index])
+    fences = [i for i, line in enumerate(src.read_text().splitlines(), 1) if re.match(r"^`{3,}\{code-cell\}", line)]
+    where = f"{src.relative_to(root)}:{fences[ordinal]}" if ordinal < len(fences) else str(src.relative_to(root))
+    lines = re.findall(r"Cell In\[\d+\], line (\d+)", re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(exc.traceback)))
+    return f"{where}, line {lines[0]} of the cell" if lines else where
+
+
+def execute(root, chapter: str, profile: str = DEFAULT_PROFILE, parameters: dict | None = None,
+            quiet: bool = False) -> Path:
+    """Execute one chapter; write and return its normalised notebook. Raises PipelineError."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    root = Path(root).resolve()
+    src = chapter_source(root, chapter)
+    nb = read_source(src)
+    _, inject = _resolve(chapter, nb, profile, dict(parameters or {}))
+    out = output_path(root, chapter, profile, inject)
+    nbdir = root / "notebooks"
+    nbdir.mkdir(exist_ok=True)
+    param_index = parameters_cell_index(nb, chapter)
+
+    def source_index(index: int) -> int:  # index in the source (papermill inserts a cell)
+        return index - 1 if inject and index > param_index + 1 else index
+
+    started: dict = {}
+
+    def on_cell_start(cell, cell_index):
+        started[cell_index] = time.perf_counter()
+
+    def on_cell_executed(cell, cell_index, execute_reply):
+        seconds = time.perf_counter() - started.pop(cell_index, time.perf_counter())
+        if seconds >= SLOW_CELL_SECONDS and not quiet:
+            print(f"   {seconds:7.1f} s  cell {source_index(cell_index)}  `{_first_line(cell.source)}`", flush=True)
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gradcore-") as tmp, kernel_env(profile):
+        log = Path(tmp) / "kernel.log"
+        try:
+            with _stderr_to(log):
+                result = papermill.execute_notebook(
+                    nb, str(Path(tmp) / f"{chapter}.ipynb"), parameters=inject or None, cwd=str(nbdir),
+                    kernel_name="python3", progress_bar=False,
+                    on_cell_start=on_cell_start, on_cell_executed=on_cell_executed,
+                )
+        except PapermillExecutionError as exc:
+            index = exc.cell_index
+            if inject and index == param_index + 1:
+                where = "the injected parameters cell"
+            else:
+                index = source_index(index)
+                where = f"cell {index} (`{_first_line(exc.source)}`, {_locate(root, src, nb, index, exc)})"
+            raise PipelineError(
+                f"{chapter} [{profile}] failed in {where}: {exc.ename}: {exc.evalue}\n"
+                f"{out.relative_to(root)} was left untouched."
+            ) from None
+        except Exception as exc:  # kernel died, timed out, could not start...
+            tail = "".join(log.read_text(errors="replace").splitlines(True)[-20:])
+            raise PipelineError(
+                f"{chapter} [{profile}] failed: {type(exc).__name__}: {exc}\n"
+                + (f"kernel stderr (last lines):\n{tail}" if tail.strip() else "")
+                + f"{out.relative_to(root)} was left untouched."
+            ) from None
+    seconds = time.perf_counter() - t0
+    write_notebook(normalise(result, str(src.relative_to(root)), profile), out)
+    record(root, chapter, profile, inject, seconds, out)
+    return out
+
+
+# ----------------------------------------------------------------------------------------- status
+
+
+_device_cache: list = []
+
+
+def _device() -> tuple[str, str]:
+    """(torch version, device the chapters run on): "cpu" or the GPU's name."""
+    if not _device_cache:
+        try:
+            version = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            _device_cache.append(("none", "cpu"))
+        else:
+            try:
+                import torch
+
+                dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+            except Exception:  # a broken CUDA setup still runs on the cpu
+                dev = "cpu"
+            _device_cache.append((version, dev))
+    return _device_cache[0]
+
+
+def record(root, chapter: str, profile: str, injected: dict, seconds: float, path: Path) -> None:
+    """Store the run in notebooks/status.json (last run per chapter and profile) and status.md."""
+    root = Path(root)
+    status_path = root / "notebooks" / "status.json"
+    status = json.loads(status_path.read_text()) if status_path.exists() else {}
+    torch_version, device = _device()
+    params = {k: v for k, v in injected.items() if k != "profile"}
+    status.setdefault(chapter, {})[profile] = {
+        "chapter": chapter,
+        "profile": profile,
+        "parameters": params,
+        "notebook": str(path.relative_to(root)),
+        "seconds": round(seconds, 1),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "python": platform.python_version(),
+        "torch": torch_version,
+        "device": device,
+    }
+    status = {c: dict(sorted(p.items())) for c, p in sorted(status.items())}
+    status_path.write_text(json.dumps(status, indent=1, sort_keys=True) + "\n")
+    write_status_page(root, status)
+
+
+def write_status_page(root, status: dict) -> None:
+    rows = [
+        "# Status",
+        "",
+        "The last execution of each chapter: the book shows the `ci` notebooks; `paper` runs are in",
+        "`notebooks/paper/`. Regenerate with `gradcore run CHAPTER` or `make book`.",
+        "",
+        "| Chapter | Profile | Parameters | Execution time | Date | Device | Python / torch |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for chapter, profiles in status.items():
+        for profile, r in profiles.items():
+            params = ", ".join(f"`{k}={v!r}`" for k, v in r.get("parameters", {}).items()) or "default"
+            rows.append(
+                f"| {chapter} | {profile} | {params} | {r['seconds']:.1f} s | {r['date']} | "
+                f"{r['device']} | {r['python']} / {r['torch']} |"
+            )
+    (Path(root) / "notebooks" / "status.md").write_text("\n".join(rows) + "\n")
+
+
+# -------------------------------------------------------------------------------------- freshness
+
+
+def _cell_key(cell) -> tuple:
+    return cell.cell_type, cell.source.rstrip("\n"), tuple(sorted(_tags(cell)))
+
+
+def freshness(root) -> list[str]:
+    """Problems that make an executed notebook differ from its chapter source (empty if fresh).
+
+    Every cell counts (code, prose and tags): nbval re-runs the code of the .ipynb and the book
+    publishes the .ipynb, so a source edit that was never executed would go unnoticed otherwise.
+    """
+    import nbformat
+
+    root = Path(root)
+    problems = []
+    for name, src in chapters(root).items():
+        path = root / "notebooks" / f"{name}.ipynb"
+        rerun = f"run `gradcore run {name}`"
+        if not path.exists():
+            problems.append(f"{name}: {path.relative_to(root)} is missing; {rerun}")
+            continue
+        executed = nbformat.read(path, as_version=4)
+        injected = [i for i, c in enumerate(executed.cells) if INJECTED_TAG in _tags(c)]
+        if injected:
+            params = executed.metadata.get("papermill", {}).get("parameters", {})
+            problems.append(
+                f"{name}: {path.relative_to(root)} was executed with non-default parameters "
+                f"({', '.join(f'{k}={v!r}' for k, v in params.items()) or 'see cell ' + str(injected[0])}); "
+                f"CI checks the ci profile with default parameters: {rerun}"
+            )
+            continue
+        source_cells = [_cell_key(c) for c in read_source(src).cells]
+        executed_cells = [_cell_key(c) for c in executed.cells]
+        for i, (a, b) in enumerate(zip(source_cells, executed_cells)):
+            if a != b:
+                what = a[0] if a[0] == b[0] else f"{a[0]} in the source, {b[0]} in the notebook"
+                detail = "tags differ" if a[:2] == b[:2] else f"source has `{_first_line(a[1])}`"
+                problems.append(
+                    f"{name}: cell {i} ({what}) differs from {src.relative_to(root)} ({detail}); {rerun}"
+                )
+                break
+        else:
+            if len(source_cells) != len(executed_cells):
+                problems.append(
+                    f"{name}: {src.relative_to(root)} has {len(source_cells)} cells, "
+                    f"{path.relative_to(root)} has {len(executed_cells)}; {rerun}"
+                )
+    return problems
+
+
+# ---------------------------------------------------------------------------------------- the toc
+
+
+def toc_pages(root) -> list[str]:
+    """Document paths in _toc.yml order (without suffix), e.g. ["book/intro", "notebooks/dlg"]."""
+    import yaml
+
+    toc = yaml.safe_load((Path(root) / "_toc.yml").read_text())
+    pages = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                pages.append(entry["file"])
+            for key in ("chapters", "sections"):
+                walk(entry.get(key))
+            for part in entry.get("parts", []):
+                walk(part.get("chapters"))
+
+    walk(toc.get("chapters"))
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"))
+    return [re.sub(r"\.(md|ipynb)$", "", p) for p in pages]
+
+
+# ------------------------------------------------------------------------------------ the browser
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+_ERROR_SELECTORS = ".output.traceback, .output.error, .system-message, .problematic, div.admonition.error"
+_ERROR_TEXT = re.compile(r"Traceback \(most recent call last\)|\b[A-Z]\w*(Error|Exception): ")
+
+
+def _png_outputs(path: Path) -> int:
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    return sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+@contextlib.contextmanager
+def _serve(directory: Path):
+    """A static http server on 127.0.0.1 (loopback only), on a free port."""
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Quiet, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def browser_check(root, html_dir=None, screenshots=None) -> list[str]:
+    """Open every page of the toc in headless Chromium; return the problems (empty if all good).
+
+    Prints one line per page. Requests that leave the loopback server are blocked and reported
+    (the book must not need the network); ``screenshots``: a folder to save full-page PNGs in.
+    """
+    from urllib.parse import urlparse
+
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return ["playwright is not installed: pip install -e '.[test]' -c constraints.txt"]
+    if not Path(CHROMIUM).exists():
+        return [f"{CHROMIUM} is missing: apt-get install chromium (`make test` does)"]
+    root = Path(root)
+    html = Path(html_dir) if html_dir else root / "_build" / "html"
+    if not (html / "index.html").exists():
+        return [f"{html}/index.html is missing: build the book first (jupyter-book build .)"]
+    problems: list[str] = []
+    with _serve(html) as base, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        external: list[str] = []
+
+        def route(r):
+            if urlparse(r.request.url).hostname in ("127.0.0.1", "localhost"):
+                r.continue_()
+            else:
+                external.append(r.request.url)
+                r.abort()
+
+        page.route("**/*", route)
+        for doc in toc_pages(root):
+            rel = f"{doc}.html"
+            bad = []
+            external.clear()
+            response = page.goto(f"{base}/{rel}", wait_until="load")
+            if response is None or response.status != 200:
+                problems.append(f"{rel}: HTTP {response.status if response else 'no response'}")
+                print(f"FAIL {rel}  not found")
+                continue
+            if not page.locator("h1:visible").count():
+                bad.append("no visible h1")
+            n_err = page.locator(_ERROR_SELECTORS).count()
+            if n_err:
+                bad.append(f"{n_err} error element(s) ({_ERROR_SELECTORS})")
+            outputs_text = " ".join(page.locator(".cell_output").all_inner_texts())
+            match = _ERROR_TEXT.search(outputs_text)
+            if match:
+                bad.append(f"error text in an output: {match.group(0)!r}")
+            images = page.evaluate(
+                """async () => {
+                    const imgs = [...document.images];
+                    imgs.forEach(i => { i.loading = 'eager'; });
+                    await Promise.all(imgs.map(i => i.decode().catch(() => null)));
+                    return imgs.map(i => ({src: i.getAttribute('src'), ok: i.complete && i.naturalWidth > 0,
+                                           output: !!i.closest('.cell_output')}));
+                }"""
+            )
+            broken = [i["src"] for i in images if not i["ok"]]
+            if broken:
+                bad.append(f"{len(broken)} image(s) did not load: {', '.join(broken[:3])}")
+            figures = sum(i["output"] for i in images)
+            nb_path = root / f"{doc}.ipynb"
+            if nb_path.exists():
+                expected = _png_outputs(nb_path)
+                if figures < expected:
+                    bad.append(f"{figures} output images rendered, the notebook has {expected}")
+            math = page.evaluate(
+                """async () => {
+                    const n = document.querySelectorAll('.math').length;
+                    if (!n) return {n: 0, rendered: 0, errors: 0};
+                    if (window.MathJax && MathJax.startup && MathJax.startup.promise)
+                        await MathJax.startup.promise;
+                    return {n, rendered: document.querySelectorAll('mjx-container').length,
+                            errors: document.querySelectorAll('mjx-merror').length};
+                }"""
+            )
+            if math["n"] and not math["rendered"]:
+                bad.append(f"{math['n']} math element(s) but MathJax rendered none")
+            if math["errors"]:
+                bad.append(f"{math['errors']} TeX error(s) in the math")
+            if external:
+                bad.append(f"{len(external)} request(s) to the network blocked, e.g. {external[0]}")
+            if screenshots:
+                Path(screenshots).mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(Path(screenshots) / f"{doc.replace('/', '_')}.png"), full_page=True)
+            label = f"{figures} figure{'s' if figures != 1 else ''}, {math['rendered']} equations"
+            if bad:
+                problems.extend(f"{rel}: {b}" for b in bad)
+                print(f"FAIL {rel}  {label}: " + "; ".join(bad))
+            else:
+                print(f"ok   {rel}  {label}")
+        browser.close()
+    return problems

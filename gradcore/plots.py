@@ -1,0 +1,167 @@
+"""The book's figures.
+
+Every helper returns a ``matplotlib.figure.Figure`` built without pyplot, so a
+notebook shows it exactly once (as the cell's value) and nothing leaks between
+cells. Images are ``(B, C, H, W)`` tensors in [0, 1].
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+
+
+def _png(figure: Figure) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def _register_notebook_display() -> None:
+    """Let IPython show a pyplot-free Figure as a PNG when it is a cell's value."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None:
+        shell.display_formatter.formatters["image/png"].for_type(Figure, _png)
+
+
+_register_notebook_display()
+
+
+def _as_image(tensor: torch.Tensor) -> tuple[np.ndarray, str | None]:
+    array = tensor.detach().cpu().double().clamp(0, 1).numpy()
+    if array.shape[0] == 1:
+        return array[0], "gray"
+    return array.transpose(1, 2, 0), None
+
+
+def _show(axis, tensor: torch.Tensor) -> None:
+    image, cmap = _as_image(tensor)
+    axis.imshow(image, cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
+    axis.set_xticks([])
+    axis.set_yticks([])
+
+
+def reconstruction_grid(truth: torch.Tensor, rows: Mapping[str, torch.Tensor] | Sequence[tuple[str, torch.Tensor]],
+                        title: str = "", column_titles: Sequence[str] | None = None, size: float = 1.3) -> Figure:
+    """One column per batch sample: the private image on top, reconstructions below.
+
+    Parameters
+    ----------
+    truth : torch.Tensor
+        The private batch ``(B, C, H, W)``; shown in the first row.
+    rows : mapping or sequence of (label, tensor)
+        Reconstructions (e.g. snapshots over iterations), one row each, aligned to ``truth``.
+    title : str
+        Figure title.
+    column_titles : sequence of str, optional
+        A title per column (e.g. the sample's label).
+    """
+    rows = list(rows.items()) if isinstance(rows, Mapping) else list(rows)
+    all_rows = [("private", truth)] + rows
+    columns = len(truth)
+    figure = Figure(figsize=(size * columns + 1.0, size * len(all_rows) + (0.4 if title else 0.1)), layout="constrained")
+    axes = figure.subplots(len(all_rows), columns, squeeze=False)
+    for r, (label, images) in enumerate(all_rows):
+        for c in range(columns):
+            _show(axes[r, c], images[c])
+            if c == 0:
+                axes[r, c].set_ylabel(label, fontsize=9)
+            if r == 0 and column_titles is not None:
+                axes[r, c].set_title(column_titles[c], fontsize=9)
+    if title:
+        figure.suptitle(title, fontsize=11)
+    return figure
+
+
+def convergence(histories: Mapping[str, Mapping[str, Sequence[float]]], key: str = "mse", title: str = "",
+                log: bool = True, xlabel: str = "iteration", ax_size: tuple[float, float] = (5.5, 3.4)) -> Figure:
+    """Curves of one history entry (``mse``, ``psnr``, ``objective``) against iteration, one per run."""
+    figure = Figure(figsize=ax_size, layout="constrained")
+    axis = figure.subplots()
+    for label, history in histories.items():
+        axis.plot(history["iteration"], history[key], label=str(label))
+    if log:
+        axis.set_yscale("log")
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(key)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    if title:
+        axis.set_title(title, fontsize=10)
+    return figure
+
+
+def sweep_panels(panels: Mapping[str, Mapping[str, Mapping[str, Sequence[float]]]], key: str = "mse", log: bool = True,
+                 title: str = "", columns: int = 2, limits: tuple[float, float] | None = (1e-16, 10.0)) -> Figure:
+    """A grid of convergence plots, one panel per swept knob, one curve per value.
+
+    ``limits`` clips the drawn values: an exact recovery reaches float64 round-off
+    (1e-16 and below) and a diverged run leaves the top of the panel.
+    """
+    rows = (len(panels) + columns - 1) // columns
+    figure = Figure(figsize=(5.0 * columns, 3.2 * rows), layout="constrained")
+    axes = np.atleast_1d(figure.subplots(rows, columns)).ravel()
+    for axis, (panel, histories) in zip(axes, panels.items()):
+        for label, history in histories.items():
+            values = np.asarray(history[key], dtype=float)
+            if limits is not None:
+                values = np.clip(values, limits[0], limits[1] * 10)
+            axis.plot(history["iteration"], values, label=str(label))
+        if limits is not None:
+            axis.set_ylim(limits[0] / 3, limits[1])
+        axis.set_title(panel, fontsize=10)
+        axis.set_xlabel("iteration")
+        axis.set_ylabel(key)
+        if log:
+            axis.set_yscale("log")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    for axis in axes[len(panels):]:
+        axis.set_visible(False)
+    if title:
+        figure.suptitle(title, fontsize=11)
+    return figure
+
+
+def sweep(values: Sequence[float], series: Mapping[str, Sequence[float]], xlabel: str, ylabel: str, title: str = "",
+          logx: bool = False, logy: bool = False) -> Figure:
+    """A final metric against a swept parameter, one line per series."""
+    figure = Figure(figsize=(5.5, 3.4), layout="constrained")
+    axis = figure.subplots()
+    for label, ys in series.items():
+        axis.plot(values, ys, marker="o", label=str(label))
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    if logx:
+        axis.set_xscale("log")
+    if logy:
+        axis.set_yscale("log")
+    axis.grid(alpha=0.3)
+    if len(series) > 1:
+        axis.legend(fontsize=8)
+    if title:
+        axis.set_title(title, fontsize=10)
+    return figure
+
+
+def snapshot_grid(truth: torch.Tensor, result, title: str = "", size: float = 1.3, column_titles: Sequence[str] | None = None) -> Figure:
+    """The private batch above an attack's snapshots, each aligned to the truth.
+
+    ``result`` is an :class:`gradcore.attacks.AttackResult` run with ``snapshots=...``;
+    the batch order the attack settled on is matched to the truth once, by its final
+    reconstruction, and used for every row.
+    """
+    from .metrics import align
+
+    order = align(result.reconstruction, truth)
+    rows = [(f"step {step}", images[order]) for step, images in result.snapshots]
+    return reconstruction_grid(truth, rows, title, column_titles=column_titles, size=size)

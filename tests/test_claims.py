@@ -1,0 +1,130 @@
+"""gradcore.claims (paper-vs-reproduced tables) and gradcore.papers (settings as data)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gradcore import claims, papers
+from gradcore.claims import Claims
+
+
+@pytest.mark.parametrize("method, arguments, holds", [
+    ("at_most", {"paper": "exact", "reproduced": 3e-17, "bound": 1e-12}, True),
+    ("at_most", {"paper": "exact", "reproduced": 1e-12, "bound": 1e-12}, True),  # bound included
+    ("at_most", {"paper": "exact", "reproduced": 2e-12, "bound": 1e-12}, False),
+    ("at_least", {"paper": 100.0, "reproduced": 100.0, "bound": 95.0}, True),
+    ("at_least", {"paper": 100.0, "reproduced": 94.9, "bound": 95.0}, False),
+    ("close_to", {"paper": 89.9, "reproduced": 85.0, "tolerance": 5.0}, True),
+    ("close_to", {"paper": 89.9, "reproduced": 95.0, "tolerance": 5.0}, False),
+    ("close_to", {"paper": 89.9, "reproduced": math.nan, "tolerance": 5.0}, False),
+    ("less", {"paper": "DLG < iDLG", "smaller": 0.8, "larger": 1.0}, True),
+    ("less", {"paper": "DLG < iDLG", "smaller": 1.0, "larger": 1.0}, False),  # strict
+])
+def test_verdicts(method, arguments, holds):
+    table = Claims("t")
+    getattr(table, method)("a claim", **arguments)
+    assert len(table.rows) == 1 and table.rows[0].holds is holds
+    assert table.failures == ([] if holds else table.rows)
+
+
+def test_tests_are_described():
+    table = Claims("t")
+    table.at_most("a", "exact", 0.0, 1e-12)
+    table.at_least("b", 100.0, 99.0, 95)
+    table.close_to("c", 89.9, 90.0, 5.0)
+    table.less("d", "ordering", 1.0, 2.0, names=("dlg", "idlg"))
+    table.add("e", "p", "r", holds=1)
+    assert [row.test for row in table.rows] == ["<= 1e-12", ">= 95", "within 5 of paper", "ordering", ""]
+    assert table.rows[3].reproduced == "dlg 1 < idlg 2"
+    assert table.rows[4].holds is True
+
+
+def test_check_passes_when_everything_holds():
+    table = Claims("t")
+    table.at_most("exact", "exact", 0.0, 1e-12)
+    assert table.check() is table
+
+
+def test_check_names_every_failure():
+    table = Claims("t")
+    table.at_most("closed form is exact", "exact", 0.5, 1e-12)
+    table.at_least("labels are right", 100.0, 100.0, 99.0)
+    table.close_to("DLG label accuracy", 89.9, 50.0, 5.0)
+    with pytest.raises(AssertionError) as caught:
+        table.check()
+    message = str(caught.value)
+    assert message.startswith("2 of 3 claims do not hold: ")
+    assert "closed form is exact (paper exact, reproduced 0.5, <= 1e-12)" in message
+    assert "DLG label accuracy (paper 89.9, reproduced 50, within 5 of paper)" in message
+    assert "labels are right" not in message
+
+
+def test_repr_is_an_aligned_text_table():
+    table = Claims("Deep Leakage from Gradients")
+    table.at_most("closed form is exact", "exact", 3e-17, 1e-12)
+    table.close_to("accuracy", 89.9, 12345.0, 1.0)
+    lines = repr(table).splitlines()
+    assert lines[0] == "Deep Leakage from Gradients"
+    assert lines[1].split() == ["claim", "paper", "reproduced", "test", "holds"]
+    assert set(lines[2].replace(" ", "")) == {"-"}
+    assert lines[3].split()[-1] == "yes" and "3e-17" in lines[3] and "<= 1e-12" in lines[3]
+    assert lines[4].split()[-1] == "NO" and "1.23e+04" in lines[4]
+    assert len(lines) == 5
+    # Columns line up: every column starts where the header's does.
+    starts = [lines[1].index(word) for word in ("paper", "reproduced", "test", "holds")]
+    assert all(lines[2][s - 2 : s] == "  " for s in starts)
+
+
+def test_html_escapes_cells():
+    table = Claims("a <b> title")
+    table.add("x < y & z", "<p>", 1.0, True)
+    markup = table._repr_html_()
+    assert "a &lt;b&gt; title" in markup and "x &lt; y &amp; z" in markup and "<p>" not in markup
+    assert markup.count("<tr>") == 2
+
+
+@pytest.mark.parametrize("value, text", [
+    (True, "yes"), (False, "no"), (0.0, "0"), (math.nan, "nan"), (math.inf, "inf"), (3e-17, "3e-17"),
+    (0.5, "0.5"), (89.9, "89.9"), (1.23456, "1.235"), (12345.0, "1.23e+04"), (7, "7"), ("exact", "exact"),
+])
+def test_number_formatting(value, text):
+    assert claims._format(value) == text
+
+
+def test_results_table():
+    table = claims.Table("Results", ["batch", "psnr"], [[1, 41.234567], [4, 12.0]])
+    lines = repr(table).splitlines()
+    assert lines[0] == "Results" and lines[1].split() == ["batch", "psnr"]
+    assert lines[3].split() == ["1", "41.23"] and lines[4].split() == ["4", "12"]
+    assert table._repr_html_().count("<tr>") == 3
+
+
+# ----------------------------------------------------------------------------------
+# papers
+# ----------------------------------------------------------------------------------
+
+
+def test_every_paper_has_every_profile():
+    assert "dlg" in papers.PAPERS and papers.PAPERS["dlg"] is papers.DLG
+    for name in papers.PAPERS.names():
+        paper = papers.PAPERS[name]
+        assert paper.key == name and paper.citation
+        assert set(paper.profiles) == set(papers.PROFILES)
+        for profile in papers.PROFILES:
+            settings = paper.settings(profile)
+            for key, value in paper.profiles[profile].items():
+                assert getattr(settings, key) == value  # the profile wins over the common settings
+            for key in paper.common:
+                assert hasattr(settings, key)
+
+
+def test_unknown_profile_raises():
+    with pytest.raises(ValueError, match="unknown profile 'fast' for dlg; known: ci, paper"):
+        papers.DLG.settings("fast")
+
+
+def test_papers_are_immutable():
+    with pytest.raises(AttributeError):
+        papers.DLG.key = "other"  # frozen dataclass

@@ -1,0 +1,198 @@
+"""gradcore.data: offline datasets.
+
+Outside references: scikit-learn's digits, scikit-image's bundled photographs,
+CIFAR's documented python-pickle layout (written here in miniature) and image
+files written with ``skimage.io.imsave``.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from skimage import io
+
+from gradcore import data
+
+
+def test_digits(digits):
+    from sklearn.datasets import load_digits
+
+    reference = load_digits()
+    assert digits.images.shape == (1797, 1, 8, 8) and digits.images.dtype == torch.float32
+    assert digits.shape == (1, 8, 8) and len(digits) == 1797 and digits.num_classes == 10
+    assert digits.images.min().item() == 0.0 and digits.images.max().item() == 1.0
+    np.testing.assert_allclose(digits.images[:, 0].numpy(), reference.images / 16.0, rtol=0, atol=1e-7)
+    assert digits.labels.dtype == torch.int64
+    assert torch.equal(digits.labels, torch.as_tensor(reference.target))
+    assert digits.classes == [str(k) for k in range(10)] and digits.name == "digits"
+    assert repr(digits) == "Dataset('digits': 1797 images of shape (1, 8, 8), 10 classes)"
+
+
+def test_digits_limit_and_load_by_name():
+    subset = data.load("digits", limit=5)
+    assert len(subset) == 5 and subset.images.shape == (5, 1, 8, 8)
+
+
+def test_unknown_dataset_name():
+    with pytest.raises(KeyError) as caught:
+        data.load("mnist")
+    known = str(caught.value).split("unknown dataset 'mnist'; known datasets: ")[1].split(", ")
+    assert {"cifar10", "cifar100", "digits", "imagefolder", "photos"} <= set(known)
+
+
+def test_photos(photos):
+    count = len(data.PHOTO_FILES)
+    assert photos.images.shape == (2 * count, 3, 16, 16) and photos.images.dtype == torch.float32
+    assert 0.0 <= photos.images.min().item() and photos.images.max().item() <= 1.0
+    assert photos.images.std().item() > 0.05  # real pictures, not a constant
+    assert torch.equal(photos.labels, torch.arange(count).repeat_interleave(2))
+    assert photos.classes == list(data.PHOTO_FILES) and photos.num_classes == count
+    assert photos.info == {"size": 16}
+
+
+def test_photos_are_reproducible_with_their_seed(photos):
+    again = data.photos(size=16, per_photo=2, seed=0)
+    other = data.photos(size=16, per_photo=2, seed=1)
+    assert torch.equal(photos.images, again.images)
+    assert not torch.equal(photos.images, other.images)
+
+
+def test_a_full_crop_is_the_resized_photograph(monkeypatch):
+    from skimage import data as skimage_data
+    from skimage.transform import resize
+
+    monkeypatch.setattr(data, "PHOTO_FILES", {"astronaut": "astronaut.png"})  # square, 512x512
+    whole = data.photos(size=16, per_photo=1, crop_fraction=1.0)
+    expected = resize(skimage_data.astronaut() / 255.0, (16, 16), anti_aliasing=True).transpose(2, 0, 1)
+    np.testing.assert_allclose(whole.images[0].numpy(), np.clip(expected, 0, 1), rtol=0, atol=1e-6)
+    assert whole.classes == ["astronaut"]
+
+
+def test_batch_is_reproducible(digits):
+    images, labels = digits.batch(8, seed=3)
+    again_images, again_labels = digits.batch(8, seed=3)
+    other_images, _ = digits.batch(8, seed=4)
+    assert images.shape == (8, 1, 8, 8) and labels.shape == (8,)
+    assert torch.equal(images, again_images) and torch.equal(labels, again_labels)
+    assert not torch.equal(images, other_images)
+    # Without replacement: eight different images.
+    assert len({tuple(row.tolist()) for row in images.flatten(1)}) == 8
+    # A copy, not a view of the dataset.
+    images[0] = -1
+    assert digits.images.min().item() == 0.0
+
+
+def test_batch_with_distinct_labels(digits, photos):
+    images, labels = digits.batch(10, seed=1, distinct_labels=True)
+    assert sorted(labels.tolist()) == list(range(10))
+    # Still a random draw: the first sample is the plain draw's first, and the labels are not sorted.
+    plain_images, _ = digits.batch(3, seed=1)
+    assert torch.equal(images[0], plain_images[0])
+    assert labels.tolist() != sorted(labels.tolist())
+    _, labels = photos.batch(5, seed=2, distinct_labels=True)
+    assert len(set(labels.tolist())) == 5
+    with pytest.raises(ValueError, match="11 distinct labels asked for, digits has 10 classes"):
+        digits.batch(11, distinct_labels=True)
+
+
+@pytest.mark.parametrize("size", [0, -1, 1798])
+def test_bad_batch_size_raises(digits, size):
+    with pytest.raises(ValueError, match="batch size must be between 1 and 1797"):
+        digits.batch(size)
+
+
+# ----------------------------------------------------------------------------------
+# CIFAR: absent, then present in miniature
+# ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, folder", [("cifar10", "cifar-10-batches-py"), ("cifar100", "cifar-100-python")])
+def test_cifar_absent_raises_a_helpful_error(tmp_path, name, folder):
+    with pytest.raises(FileNotFoundError) as caught:
+        data.load(name, root=tmp_path)
+    message = str(caught.value)
+    assert str(tmp_path / folder) in message
+    assert "never downloads" in message and "python version of the archive" in message
+
+
+def test_cifar_root_defaults_to_gradcore_data(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "elsewhere"))
+    with pytest.raises(FileNotFoundError, match="elsewhere"):
+        data.cifar10()
+
+
+def write_pickle(path, content):
+    with open(path, "wb") as handle:
+        pickle.dump(content, handle)
+
+
+def test_cifar10_reads_the_python_archive(tmp_path):
+    base = tmp_path / "cifar-10-batches-py"
+    base.mkdir()
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (3, 3072), dtype=np.uint8)
+    write_pickle(base / "test_batch", {"data": pixels, "labels": [2, 0, 9]})
+    write_pickle(base / "batches.meta", {"label_names": [f"class{k}" for k in range(10)]})
+    dataset = data.load("cifar10", root=tmp_path)
+    assert dataset.images.shape == (3, 3, 32, 32) and dataset.images.dtype == torch.float32
+    # Row-major: 1024 red values, then green, then blue (the archive's documented layout).
+    np.testing.assert_allclose(dataset.images[1, 1].numpy().ravel(), pixels[1, 1024:2048] / 255.0, rtol=1e-6)
+    assert dataset.labels.tolist() == [2, 0, 9] and dataset.classes[9] == "class9" and dataset.name == "cifar10"
+    with pytest.raises(FileNotFoundError, match="data_batch_1"):
+        data.cifar10(root=tmp_path, split="train")
+
+
+def test_cifar100_reads_fine_labels(tmp_path):
+    base = tmp_path / "cifar-100-python"
+    base.mkdir()
+    pixels = np.zeros((2, 3072), dtype=np.uint8)
+    pixels[1] = 255
+    write_pickle(base / "test", {"data": pixels, "fine_labels": [99, 5], "coarse_labels": [1, 2]})
+    write_pickle(base / "meta", {"fine_label_names": [f"f{k}" for k in range(100)], "coarse_label_names": []})
+    dataset = data.load("cifar100", root=tmp_path)
+    assert dataset.labels.tolist() == [99, 5] and dataset.num_classes == 100
+    assert dataset.images[0].max().item() == 0.0 and dataset.images[1].min().item() == 1.0
+
+
+# ----------------------------------------------------------------------------------
+# Image folders
+# ----------------------------------------------------------------------------------
+
+
+def test_imagefolder_absent_raises(tmp_path):
+    with pytest.raises(FileNotFoundError, match="image folder not found.*never downloads"):
+        data.load("imagefolder", root=tmp_path / "missing")
+    with pytest.raises(FileNotFoundError, match="class sub-folders not found"):
+        data.load("imagefolder", root=tmp_path)
+
+
+def test_imagefolder_reads_a_tiny_tree(tmp_path):
+    (tmp_path / "b_red").mkdir()
+    (tmp_path / "a_gray").mkdir()
+    red = np.zeros((10, 14, 3), dtype=np.uint8)
+    red[..., 0] = 255
+    io.imsave(tmp_path / "b_red" / "one.png", red, check_contrast=False)
+    io.imsave(tmp_path / "b_red" / "two.png", red, check_contrast=False)
+    io.imsave(tmp_path / "a_gray" / "one.png", np.full((9, 9), 51, dtype=np.uint8), check_contrast=False)
+    (tmp_path / "a_gray" / "notes.txt").write_text("not an image")
+    dataset = data.load("imagefolder", root=tmp_path, size=8)
+    assert dataset.classes == ["a_gray", "b_red"] and dataset.name == "imagefolder"
+    assert dataset.images.shape == (3, 3, 8, 8) and dataset.images.dtype == torch.float32
+    assert dataset.labels.tolist() == [0, 1, 1]
+    torch.testing.assert_close(dataset.images[0], torch.full((3, 8, 8), 0.2), rtol=0, atol=1e-6)  # 51 / 255
+    torch.testing.assert_close(dataset.images[1], torch.tensor([1.0, 0.0, 0.0]).view(3, 1, 1).expand(3, 8, 8),
+                               rtol=0, atol=1e-6)
+    limited = data.imagefolder(tmp_path, size=8, limit_per_class=1)
+    assert limited.labels.tolist() == [0, 1]
+
+
+def test_imagefolder_centre_crops(tmp_path):
+    (tmp_path / "c").mkdir()
+    image = np.zeros((4, 8, 3), dtype=np.uint8)
+    image[:, 2:6] = 255  # the centre 4x4 square is white, the sides black
+    io.imsave(tmp_path / "c" / "wide.png", image, check_contrast=False)
+    dataset = data.imagefolder(tmp_path, size=4)
+    torch.testing.assert_close(dataset.images[0], torch.ones(3, 4, 4), rtol=0, atol=1e-6)

@@ -1,0 +1,166 @@
+"""gradcore.metrics: MSE, PSNR, SSIM, LPIPS and batch alignment.
+
+Outside references: numpy for MSE, scikit-image's ``peak_signal_noise_ratio`` and
+``structural_similarity`` for PSNR and SSIM, a known permutation for ``align``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from skimage.metrics import peak_signal_noise_ratio, structural_similarity
+
+from gradcore import metrics
+
+
+def noisy_pair(shape, seed=0, noise=0.1):
+    generator = torch.Generator().manual_seed(seed)
+    truth = torch.rand(shape, generator=generator, dtype=torch.float64)
+    reconstruction = (truth + noise * torch.randn(shape, generator=generator, dtype=torch.float64)).clamp(0, 1)
+    return reconstruction, truth
+
+
+PAIRS = {"rgb32": (3, 3, 32, 32), "gray8": (2, 1, 8, 8)}
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_mse_against_numpy(name):
+    reconstruction, truth = noisy_pair(PAIRS[name])
+    expected = ((reconstruction.numpy() - truth.numpy()) ** 2).reshape(len(truth), -1).mean(axis=1)
+    np.testing.assert_allclose(metrics.mse(reconstruction, truth).numpy(), expected, rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_psnr_against_scikit_image(name):
+    reconstruction, truth = noisy_pair(PAIRS[name], seed=1)
+    expected = [peak_signal_noise_ratio(t.numpy(), r.numpy(), data_range=1) for r, t in zip(reconstruction, truth)]
+    result = metrics.psnr(reconstruction, truth)
+    assert result.shape == (len(truth),)
+    np.testing.assert_allclose(result.numpy(), expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_ssim_against_scikit_image(name):
+    reconstruction, truth = noisy_pair(PAIRS[name], seed=2)
+    expected = [structural_similarity(t.numpy(), r.numpy(), data_range=1, channel_axis=0)
+                for r, t in zip(reconstruction, truth)]
+    result = metrics.ssim(reconstruction, truth)
+    assert result.shape == (len(truth),)
+    np.testing.assert_allclose(result.numpy(), expected, rtol=0, atol=1e-6)
+
+
+def test_ssim_is_one_for_identical_images_and_float32_inputs_work():
+    _, truth = noisy_pair((2, 3, 16, 16))
+    np.testing.assert_allclose(metrics.ssim(truth.float(), truth.float()).numpy(), [1.0, 1.0], atol=1e-12)
+    assert metrics.ssim(truth.float(), truth.float()).dtype == torch.float64
+
+
+def test_psnr_of_a_known_error():
+    truth = torch.zeros(1, 1, 4, 4)
+    assert metrics.psnr(truth + 0.1, truth).item() == pytest.approx(20.0, abs=1e-5)  # 10 log10(1 / 0.01)
+    assert metrics.psnr(truth + 0.1, truth, data_range=255).item() == pytest.approx(20 + 20 * np.log10(255), abs=1e-4)
+
+
+@pytest.mark.parametrize("metric", ["mse", "psnr", "ssim"])
+def test_shape_mismatch_raises(metric):
+    with pytest.raises(ValueError, match=r"reconstruction has shape \(2, 1, 8, 8\), truth has \(2, 1, 8, 9\)"):
+        metrics.measure(metric, torch.rand(2, 1, 8, 8), torch.rand(2, 1, 8, 9))
+
+
+def test_non_batched_images_raise():
+    with pytest.raises(ValueError, match=r"\(B, C, H, W\)"):
+        metrics.mse(torch.rand(8, 8), torch.rand(8, 8))
+
+
+def test_too_small_for_ssim_raises():
+    with pytest.raises(ValueError, match="at least 7x7"):
+        metrics.ssim(torch.rand(1, 1, 6, 8), torch.rand(1, 1, 6, 8))
+    with pytest.raises(ValueError, match="at least 9x9"):
+        metrics.ssim(torch.rand(1, 1, 8, 8), torch.rand(1, 1, 8, 8), window=9)
+
+
+def test_measure_and_the_registry():
+    reconstruction, truth = noisy_pair((2, 1, 8, 8))
+    assert torch.equal(metrics.measure("psnr", reconstruction, truth), metrics.psnr(reconstruction, truth))
+    with pytest.raises(KeyError, match=r"unknown metric 'fid'; known metrics: (?=.*lpips)(?=.*mse)(?=.*psnr)(?=.*ssim)"):
+        metrics.measure("fid", reconstruction, truth)
+    assert set(metrics.HIGHER_IS_BETTER) == set(metrics.METRICS.names())
+
+
+def test_align_recovers_a_known_permutation():
+    generator = torch.Generator().manual_seed(3)
+    truth = torch.rand((6, 3, 8, 8), generator=generator)
+    shuffle = torch.tensor([4, 0, 5, 2, 1, 3])
+    reconstruction = truth[shuffle] + 0.05 * torch.randn((6, 3, 8, 8), generator=generator)
+    order = metrics.align(reconstruction, truth)
+    assert torch.equal(order, torch.argsort(shuffle))  # the inverse permutation
+    assert torch.allclose(reconstruction[order], truth, atol=0.3)
+    assert torch.equal(metrics.align(truth, truth), torch.arange(6))
+
+
+def test_align_survives_huge_but_finite_reconstructions():
+    # What a diverging float64 attack leaves behind: finite values whose squared distances overflow.
+    truth = torch.rand(2, 1, 4, 4, dtype=torch.float64)
+    reconstruction = torch.stack([truth[1] * 1e200, truth[0] + 0.01])
+    order = metrics.align(reconstruction, truth)
+    assert torch.equal(order, torch.tensor([1, 0]))
+
+
+# ----------------------------------------------------------------------------------
+# LPIPS: backbone resolution in the torch hub cache (never downloaded)
+# ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def empty_torch_home(tmp_path, monkeypatch):
+    """Point torch.hub at an empty cache and forget any LPIPS model built earlier."""
+    before = torch.hub.get_dir()
+    monkeypatch.setattr(torch.hub, "_hub_dir", None)  # in case anything called torch.hub.set_dir
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    monkeypatch.setattr(metrics, "_lpips_models", {})
+    assert torch.hub.get_dir() == str(tmp_path / "torch" / "hub") != before
+    return tmp_path / "torch"
+
+
+def test_lpips_backbone_path_follows_torch_home(empty_torch_home):
+    assert metrics.lpips_backbone_path() == empty_torch_home / "hub" / "checkpoints" / "alexnet-owt-7be5be79.pth"
+    assert metrics.lpips_backbone_path("vgg").name == "vgg16-397923af.pth"
+    with pytest.raises(ValueError, match="unknown LPIPS backbone 'resnet'"):
+        metrics.lpips_backbone_path("resnet")
+
+
+def test_lpips_without_backbone_raises_naming_the_file(empty_torch_home):
+    expected = empty_torch_home / "hub" / "checkpoints" / "alexnet-owt-7be5be79.pth"
+    assert not metrics.lpips_available()
+    with pytest.raises(FileNotFoundError) as caught:
+        metrics.lpips(torch.rand(1, 3, 32, 32), torch.rand(1, 3, 32, 32))
+    message = str(caught.value)
+    assert str(expected) in message
+    assert "alexnet-owt-7be5be79.pth" in message and "never downloads" in message
+    assert not expected.exists()  # and nothing was fetched
+    assert metrics._lpips_models == {}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torchvision's deprecated `pretrained=` used by lpips
+def test_lpips_runs_when_the_backbone_file_is_present(empty_torch_home):
+    # This tests how gradcore finds the backbone, not LPIPS itself: the "weights" are a
+    # randomly initialised AlexNet saved under torchvision's file name, so the distances
+    # are meaningless except that they are finite, per image, and zero for identical images.
+    torchvision = pytest.importorskip("torchvision")
+    pytest.importorskip("lpips")
+    path = metrics.lpips_backbone_path("alex")
+    path.parent.mkdir(parents=True)
+    torch.save(torchvision.models.alexnet(weights=None).state_dict(), path)
+    assert metrics.lpips_available("alex")
+
+    generator = torch.Generator().manual_seed(0)
+    truth = torch.rand((2, 3, 32, 32), generator=generator)
+    reconstruction = torch.rand((2, 3, 32, 32), generator=generator)
+    distance = metrics.lpips(reconstruction, truth)
+    assert distance.shape == (2,) and distance.dtype == torch.float64
+    assert torch.isfinite(distance).all() and (distance > 0).all()
+    assert torch.equal(metrics.lpips(truth, truth), torch.zeros(2, dtype=torch.float64))
+    gray = metrics.measure("lpips", reconstruction[:, :1], truth[:, :1])  # grayscale is repeated to RGB
+    assert gray.shape == (2,) and torch.isfinite(gray).all()
+    assert set(metrics._lpips_models) == {"alex"}  # built once, then cached

@@ -1,0 +1,119 @@
+"""gradcore.models: the attacked networks, built by name with seeded weights."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from gradcore import models
+
+#: Small but valid settings per registered model: (input shape, options).
+SETTINGS = {
+    "linear_unit": ((1, 8, 8), {}),
+    "mlp": ((1, 8, 8), {"widths": (16, 8)}),
+    "lenet": ((3, 16, 16), {}),
+    "convnet": ((3, 32, 32), {"width": 4}),  # two 3x3 max-pools need 32x32
+    "resnet": ((3, 16, 16), {"depth": 18, "width": 8}),
+}
+
+
+@pytest.mark.parametrize("name", models.MODELS.names())
+def test_every_model_builds_and_runs_forward(name):
+    assert name in SETTINGS, f"add small settings for the new model {name!r} to SETTINGS"
+    shape, options = SETTINGS[name]
+    model = models.build(name, shape, 7, seed=0, **options)
+    assert isinstance(model, torch.nn.Module)
+    outputs = model(torch.rand(2, *shape))
+    assert outputs.shape == (2, 1 if name == "linear_unit" else 7)
+    assert torch.isfinite(outputs).all()
+    assert models.count_parameters(model) > 0
+
+
+@pytest.mark.parametrize("shape", [(3, 32, 32), (1, 28, 28), (3, 17, 15)])
+def test_lenet_handles_any_image_side(shape):
+    assert models.build("lenet", shape, 10)(torch.rand(1, *shape)).shape == (1, 10)
+
+
+def test_resnet_50_uses_bottlenecks():
+    model = models.build("resnet", (3, 16, 16), 5, depth=50, width=4)
+    assert model(torch.rand(1, 3, 16, 16)).shape == (1, 5)
+    assert model[-1].in_features == 4 * 8 * 4  # width * 2**3 * bottleneck expansion
+
+
+def test_bad_resnet_depth_raises():
+    with pytest.raises(ValueError, match=r"ResNet depth must be one of \[18, 34, 50, 101\], got 20"):
+        models.build("resnet", (3, 32, 32), 10, depth=20)
+
+
+def test_unknown_model_and_activation():
+    with pytest.raises(KeyError, match=r"unknown model 'vit'; known models: (?=.*convnet)(?=.*lenet)(?=.*linear_unit)(?=.*resnet)"):
+        models.build("vit", (3, 32, 32), 10)
+    with pytest.raises(KeyError, match="unknown activation 'gelu'"):
+        models.build("mlp", (4,), 2, activation="gelu")
+
+
+def test_build_is_seeded():
+    first = models.build("lenet", (3, 16, 16), 10, seed=5).state_dict()
+    again = models.build("lenet", (3, 16, 16), 10, seed=5).state_dict()
+    other = models.build("lenet", (3, 16, 16), 10, seed=6).state_dict()
+    assert first.keys() == again.keys()
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    assert not any(torch.equal(first[k], other[k]) for k in first)
+
+
+def test_build_restores_the_global_random_state():
+    torch.manual_seed(123)
+    expected = torch.rand(5)
+    torch.manual_seed(123)
+    state = torch.random.get_rng_state()
+    models.build("mlp", (1, 8, 8), 10, seed=9)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert torch.equal(torch.rand(5), expected)
+
+
+def test_build_restores_the_random_state_even_when_it_fails():
+    state = torch.random.get_rng_state()
+    with pytest.raises(ValueError):
+        models.build("resnet", (3, 32, 32), 10, seed=1, depth=7)
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
+def test_lenet_dlg_initialisation_is_uniform_in_half_unit_interval():
+    model = models.build("lenet", (3, 32, 32), 10, seed=0)
+    values = torch.cat([p.detach().ravel() for p in model.parameters()])
+    assert values.min().item() >= -0.5 and values.max().item() <= 0.5
+    assert values.min().item() < -0.49 and values.max().item() > 0.49  # it spans the interval
+    assert abs(values.mean().item()) < 0.01 and values.std().item() == pytest.approx(1 / math.sqrt(12), rel=0.03)
+    default = models.build("lenet", (3, 32, 32), 10, seed=0, init="default")
+    assert not torch.equal(default[0].weight, model[0].weight)
+    with pytest.raises(ValueError, match="unknown LeNet init 'xavier'"):
+        models.build("lenet", (3, 32, 32), 10, init="xavier")
+
+
+def test_lenet_architecture_follows_dlg():
+    model = models.build("lenet", (3, 32, 32), 100)
+    convolutions = [m for m in model if isinstance(m, torch.nn.Conv2d)]
+    assert [c.stride for c in convolutions] == [(2, 2), (2, 2), (1, 1)]
+    assert all(c.kernel_size == (5, 5) and c.out_channels == 12 for c in convolutions)
+    assert sum(isinstance(m, torch.nn.Sigmoid) for m in model) == 3
+    assert model[-1].in_features == 768 and model[-1].out_features == 100
+
+
+def test_linear_unit_initialisation():
+    model = models.build("linear_unit", (1, 32, 32), 10, seed=0)  # num_classes is ignored: one output
+    layer = model[1]
+    assert layer.weight.shape == (1, 1024) and layer.bias.shape == (1,)
+    assert layer.bias.item() == 0.0
+    assert layer.weight.std().item() == pytest.approx(1 / 32, rel=0.1)
+
+
+def test_mlp_layers_and_parameter_count():
+    model = models.build("mlp", (1, 8, 8), 10, widths=(100,), activation="tanh")
+    assert isinstance(model[2], torch.nn.Tanh)
+    assert models.count_parameters(model) == 64 * 100 + 100 + 100 * 10 + 10
+    unbiased = models.build("mlp", (1, 8, 8), 10, widths=(100,), bias=False)
+    assert models.count_parameters(unbiased) == 64 * 100 + 100 * 10
+    model[1].weight.requires_grad_(False)
+    assert models.count_parameters(model) == 100 + 100 * 10 + 10

@@ -1,0 +1,414 @@
+"""Tests of gradcore.pipeline and gradcore.cli on a tiny throwaway chapter in a temporary repo.
+
+Tests marked `kernel` start a Jupyter kernel (about 2 s each, no torch in the chapter).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from gradcore import cli, pipeline
+
+REPO = Path(__file__).resolve().parents[1]
+
+HEADER = """\
+---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+    format_version: 0.13
+    jupytext_version: 1.19.6
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+"""
+
+TINY = HEADER + """
+# A tiny chapter
+
+Some prose with math $x^2$.
+
+```{code-cell} ipython3
+:tags: [parameters]
+profile = "ci"
+n = 3
+scale = 0.5
+flag = False
+label = "x"
+```
+
+```{code-cell} ipython3
+import os, time
+from tqdm import tqdm
+for i in tqdm(range(n * 5), mininterval=0, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}"):
+    time.sleep(0.01)
+print("result", n * scale, flag, label, os.environ["GRADCORE_PROFILE"])
+```
+
+```{code-cell} ipython3
+n + 1
+```
+
+```{code-cell} ipython3
+import matplotlib.pyplot as plt
+plt.figure(figsize=(1, 1))
+_ = plt.plot([0, n])
+```
+"""
+
+FAILING = HEADER + """
+# A failing chapter
+
+```{code-cell} ipython3
+:tags: [parameters]
+profile = "ci"
+```
+
+```{code-cell} ipython3
+x = 1
+```
+
+```{code-cell} ipython3
+y = x + 1  # fine
+raise ValueError("boom")
+```
+"""
+
+
+@pytest.fixture
+def repo(tmp_path):
+    (tmp_path / "book").mkdir()
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "book" / "intro.md").write_text("# Intro\n\nNot a chapter: no jupytext header.\n")
+    (tmp_path / "book" / "tiny.md").write_text(TINY)
+    return tmp_path
+
+
+def source_notebook(root, name="tiny"):
+    """The chapter as a notebook, as if executed, without running a kernel."""
+    return pipeline.normalise(pipeline.read_source(root / "book" / f"{name}.md"))
+
+
+def write_fake_executed(root, name="tiny"):
+    path = root / "notebooks" / f"{name}.ipynb"
+    pipeline.write_notebook(source_notebook(root, name), path)
+    return path
+
+
+# ------------------------------------------------------------------------------ no kernel needed
+
+
+def test_chapters_are_the_md_files_with_a_jupytext_header(repo):
+    assert list(pipeline.chapters(repo)) == ["tiny"]
+
+
+def test_unknown_chapter_lists_the_known_ones(repo):
+    with pytest.raises(ValueError, match=r"unknown chapter 'nope'; known chapters: tiny"):
+        pipeline.execute(repo, "nope")
+
+
+def test_unknown_profile_is_refused(repo):
+    with pytest.raises(ValueError, match=r"unknown profile 'fast'; valid profiles: ci, paper"):
+        pipeline.execute(repo, "tiny", profile="fast")
+
+
+def test_unknown_parameter_lists_the_valid_ones(repo):
+    with pytest.raises(ValueError) as err:
+        pipeline.execute(repo, "tiny", parameters={"steps": "3"})
+    msg = str(err.value)
+    assert "unknown parameter steps" in msg
+    assert "n (default 3)" in msg and "label (default 'x')" in msg
+
+
+def test_profile_is_not_a_parameter(repo):
+    with pytest.raises(ValueError, match="--profile"):
+        pipeline.execute(repo, "tiny", parameters={"profile": "paper"})
+
+
+def test_parameters_are_parsed_with_their_types(repo):
+    nb = pipeline.read_source(repo / "book" / "tiny.md")
+    assert pipeline.parameters(nb, "tiny") == {"profile": "ci", "n": 3, "scale": 0.5, "flag": False, "label": "x"}
+
+
+@pytest.mark.parametrize(
+    "value, default, expected",
+    [("5", 3, 5), ("0.25", 0.5, 0.25), ("2", 0.5, 2.0), ("true", False, True), ("No", True, False),
+     ("1", False, True), ("abc", "x", "abc"), ("3", "x", "3"), (7, 0.5, 7.0)],
+)
+def test_command_line_values_take_the_type_of_the_default(value, default, expected):
+    got = pipeline.convert("p", value, default)
+    assert got == expected and type(got) is type(expected)
+
+
+@pytest.mark.parametrize("value, default", [("3.5", 3), ("maybe", False), ("x", 0.5)])
+def test_bad_values_are_refused_clearly(value, default):
+    with pytest.raises(ValueError, match=rf"parameter p: '{re.escape(value)}' is not a valid"):
+        pipeline.convert("p", value, default)
+
+
+def test_only_changed_parameters_are_injected(repo):
+    nb = pipeline.read_source(repo / "book" / "tiny.md")
+    _, changed = pipeline._resolve("tiny", nb, "ci", {"n": "3", "scale": "0.50"})
+    assert changed == {}
+    _, changed = pipeline._resolve("tiny", nb, "paper", {"n": "4"})
+    assert changed == {"n": 4, "profile": "paper"}
+    assert pipeline.output_path(repo, "tiny", "ci", {}) == repo / "notebooks" / "tiny.ipynb"
+    assert pipeline.output_path(repo, "tiny", "ci", {"n": 4}) == repo / "notebooks" / "ci" / "tiny.ipynb"
+    assert pipeline.output_path(repo, "tiny", "paper", changed) == repo / "notebooks" / "paper" / "tiny.ipynb"
+
+
+def test_chapter_without_parameters_cell_is_refused(repo):
+    (repo / "book" / "bare.md").write_text(HEADER + "\n# Bare\n\n```{code-cell} ipython3\n1\n```\n")
+    with pytest.raises(ValueError, match="exactly one code cell tagged `parameters`"):
+        pipeline.execute(repo, "bare")
+
+
+def test_freshness_accepts_a_matching_notebook(repo):
+    write_fake_executed(repo)
+    assert pipeline.freshness(repo) == []
+
+
+def test_freshness_reports_a_missing_notebook(repo):
+    (problem,) = pipeline.freshness(repo)
+    assert problem.startswith("tiny: notebooks/tiny.ipynb is missing") and "gradcore run tiny" in problem
+
+
+def test_freshness_detects_an_edited_source(repo):
+    write_fake_executed(repo)
+    src = repo / "book" / "tiny.md"
+    src.write_text(src.read_text().replace("n + 1", "n + 2"))
+    (problem,) = pipeline.freshness(repo)
+    assert "tiny: cell 3 (code) differs from book/tiny.md" in problem
+    assert "`n + 2`" in problem and "run `gradcore run tiny`" in problem
+
+
+def test_freshness_detects_an_added_cell(repo):
+    write_fake_executed(repo)
+    src = repo / "book" / "tiny.md"
+    src.write_text(src.read_text() + "\n```{code-cell} ipython3\nn + 3\n```\n")
+    (problem,) = pipeline.freshness(repo)
+    assert "book/tiny.md has 6 cells, notebooks/tiny.ipynb has 5" in problem
+
+
+def test_freshness_detects_an_injected_parameters_cell(repo):
+    path = write_fake_executed(repo)
+    nb = nbformat.read(path, as_version=4)
+    cell = nbformat.v4.new_code_cell("# Parameters\nn = 9\n", metadata={"tags": ["injected-parameters"]})
+    nb.cells.insert(3, cell)
+    nb.metadata["papermill"] = {"parameters": {"n": 9}}
+    pipeline.write_notebook(pipeline.normalise(nb), path)
+    (problem,) = pipeline.freshness(repo)
+    assert "non-default parameters (n=9)" in problem and "ci profile" in problem
+
+
+def test_normalise_collapses_progress_and_merges_streams():
+    def stream(name, text):
+        return nbformat.v4.new_output("stream", name=name, text=text)
+
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("x", execution_count=1)
+    cell.outputs = [
+        stream("stderr", "\r  0%|  | 0/2"), stream("stdout", "a\n"), stream("stderr", "\r 50%|# | 1/2"),
+        stream("stderr", "\r100%|##| 2/2"), stream("stdout", "b\n"), stream("stderr", "\n"),
+        nbformat.v4.new_output("display_data", data={"text/plain": "fig"}),
+        stream("stdout", "c\r\n"),
+    ]
+    cell.metadata["execution"] = {"iopub.status.busy": "2025-01-01T00:00:00"}
+    cell.metadata["papermill"] = {"duration": 1.0}
+    nb.cells = [cell]
+    nb.metadata["papermill"] = {"start_time": "t", "end_time": "t", "duration": 1.0, "parameters": {},
+                                "environment_variables": {}, "input_path": "in", "output_path": "/tmp/x"}
+    out = pipeline.normalise(nb)
+    outs = out.cells[0].outputs
+    assert [(o.output_type, o.get("name"), o.get("text")) for o in outs] == [
+        ("stream", "stderr", "100%|##| 2/2\n"), ("stream", "stdout", "a\nb\n"),
+        ("display_data", None, None), ("stream", "stdout", "\n"),
+    ]
+    assert out.cells[0].metadata == {}
+    assert out.metadata["papermill"] == {"parameters": {}}
+    assert re.fullmatch(r"[0-9a-f]{10}", out.cells[0].id)
+
+
+def test_normalised_streams_compare_equal_under_nbval():
+    """What nbval does to stored and live outputs (merge every stream of a name, drop overwritten
+    frames, then our sanitizer) gives the same text for the raw and the normalised outputs."""
+    from nbval.plugin import coalesce_streams, get_sanitize_patterns
+
+    patterns = get_sanitize_patterns((REPO / "tests" / "nbval_sanitize.cfg").read_text())
+
+    def nbval_view(outputs):
+        # nbval compares, per output key (a stream's name, a MIME type), the list of values
+        views: dict = {}
+        for o in coalesce_streams(copy.deepcopy(outputs)):
+            text = o.get("text", "") if o.output_type == "stream" else json.dumps(o.get("data"))
+            for regex, replace in patterns:
+                text = re.sub(regex, replace, text)
+            views.setdefault(o.get("name", o.output_type), []).append(text)
+        return views
+
+    def stream(name, text):
+        return nbformat.v4.new_output("stream", name=name, text=text)
+
+    cases = [
+        [stream("stderr", f"\r{i}/3 [00:0{i}<00:00, {i}.5it/s]") for i in range(4)] + [stream("stderr", "\n")],
+        [stream("stdout", "partial"), nbformat.v4.new_output("display_data", data={"text/plain": "x"}),
+         stream("stdout", "\roverwritten\n")],
+        [stream("stderr", "\r 10%\r" + " " * 10 + "\r"), stream("stdout", "after\n")],  # tqdm leave=False
+        [stream("stdout", "windows\r\n"), stream("stderr", "w\n"), stream("stdout", "x\ry\n")],
+    ]
+    for raw in cases:
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell("x", execution_count=1)]
+        nb.cells[0].outputs = copy.deepcopy(raw)
+        stored = pipeline.normalise(nb).cells[0].outputs
+        assert not any("\r" in o.get("text", "").lstrip("\r") for o in stored)
+        assert nbval_view(stored) == nbval_view(raw)
+
+
+def test_sanitize_file_is_read_whole():
+    """Every `regex:` line has its `replace:` line (a stripped trailing space would drop a pair)."""
+    from nbval.plugin import get_sanitize_patterns
+
+    text = (REPO / "tests" / "nbval_sanitize.cfg").read_text()
+    pairs = get_sanitize_patterns(text)
+    assert len(pairs) == len(re.findall(r"^regex: ", text, re.M)) == 4
+    sanitize = dict(pairs)
+
+    def apply(s):
+        for regex, replace in sanitize.items():
+            s = re.sub(regex, replace, s)
+        return s
+
+    assert apply("100%|##| 20/20 [00:01<00:00, 35.21it/s]") == apply("100%|##| 20/20 [00:03<00:00, 7.10it/s]")
+    assert apply("x [1:02:03<?, ?it/s, loss=0.1]") == "x [TQDM-TIME, loss=0.1]"
+    assert apply("wall 12.05 s\n") == apply("wall 3.10 s\n") != apply("wall 3.10 ms\n")
+    assert apply("<a.B object at 0x7f3a2c1d0e50>") == "<a.B object at 0xADDRESS>"
+    assert apply("loss 0.123456\n") == "loss 0.123456\n"
+
+
+def test_toc_pages_follow_the_toc(tmp_path):
+    (tmp_path / "_toc.yml").write_text(
+        "format: jb-book\nroot: book/intro\nchapters:\n- file: notebooks/dlg\n  sections:\n"
+        "  - file: notebooks/sub.ipynb\n- file: notebooks/status\n"
+    )
+    assert pipeline.toc_pages(tmp_path) == ["book/intro", "notebooks/dlg", "notebooks/sub", "notebooks/status"]
+
+
+def test_repository_toc_and_config():
+    import yaml
+
+    toc = yaml.safe_load((REPO / "_toc.yml").read_text())
+    assert toc["format"] == "jb-book" and toc["root"] == "book/intro"
+    files = [c["file"] for c in toc["chapters"]]
+    assert files[0] == "notebooks/dlg" and files[-1] == "notebooks/status"
+    config = yaml.safe_load((REPO / "_config.yml").read_text())
+    assert config["execute"]["execute_notebooks"] == "off" and config["only_build_toc_files"] is True
+    assert {".*", "**/.*", ".venv", "_build", "gradcore", "tests"} <= set(config["exclude_patterns"])
+
+
+def test_environment_yml_has_the_constraints_pins():
+    import os
+
+    import yaml
+
+    pins = [line for line in (REPO / "constraints.txt").read_text().splitlines() if line and line[0] != "#"]
+    env = yaml.safe_load((REPO / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert "python=3.11" in env["dependencies"] and pip[-1] == "-e .[test]"
+    assert pip[:-1] == pins and "torch==2.14.1" in pins and "torchvision==0.29.1" in pins
+    assert os.access(REPO / ".ci" / "run", os.X_OK)
+
+
+def test_cli_user_errors_exit_non_zero_without_traceback(repo, monkeypatch, capsys):
+    monkeypatch.chdir(repo)
+    assert cli.main(["run", "nope"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown chapter 'nope'; known chapters: tiny" in err and "Traceback" not in err
+    assert cli.main(["run", "tiny", "-p", "steps", "3"]) == 1
+    assert "unknown parameter steps" in capsys.readouterr().err
+    assert cli.main(["run", "tiny", "-p", "n", "three"]) == 1
+    assert "'three' is not a valid int" in capsys.readouterr().err
+    assert cli.main(["list"]) == 0
+    assert "n = 3" in capsys.readouterr().out
+
+
+def test_cli_check_freshness_failure(repo, monkeypatch, capsys):
+    monkeypatch.chdir(repo)
+    with pytest.raises(pipeline.PipelineError, match="out of date"):
+        cli.fresh(repo)
+    assert "stale: tiny: notebooks/tiny.ipynb is missing" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------ with a kernel
+
+
+@pytest.mark.kernel
+def test_execute_writes_a_normalised_reproducible_notebook(repo):
+    path = pipeline.execute(repo, "tiny")
+    assert path == repo / "notebooks" / "tiny.ipynb"
+    first = path.read_bytes()
+    assert first.endswith(b"}\n")
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert set(nb.metadata) == {"gradcore", "kernelspec", "language_info", "papermill"}
+    assert nb.metadata["papermill"] == {"parameters": {}}
+    assert not any(c.metadata.get(k) for c in nb.cells for k in ("execution", "papermill"))
+    assert not any("injected-parameters" in c.metadata.get("tags", []) for c in nb.cells)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    outs = code[1].outputs
+    assert [(o.output_type, o.name) for o in outs] == [("stream", "stderr"), ("stream", "stdout")]
+    assert outs[0].text == "100%|██████████| 15/15\n"  # the final frame only
+    assert outs[1].text == "result 1.5 False x ci\n"
+    assert code[2].outputs[0].data["text/plain"] == "4"
+    # the figure survives the MPLBACKEND=Agg that tests/conftest.py exports
+    assert [o.output_type for o in code[3].outputs] == ["display_data"] and "image/png" in code[3].outputs[0].data
+    # code identical to the source, so the notebook is fresh
+    assert pipeline.freshness(repo) == []
+    status = json.loads((repo / "notebooks" / "status.json").read_text())
+    run = status["tiny"]["ci"]
+    assert run["profile"] == "ci" and run["device"] and run["python"] and run["seconds"] > 0
+    page = (repo / "notebooks" / "status.md").read_text()
+    assert page.startswith("# Status\n") and "| tiny | ci | default |" in page
+
+    pipeline.execute(repo, "tiny")
+    assert path.read_bytes() == first  # byte-identical re-run
+
+
+@pytest.mark.kernel
+def test_paper_run_with_parameters_leaves_the_ci_notebook_alone(repo):
+    ci = write_fake_executed(repo)
+    before = ci.read_bytes()
+    out = pipeline.execute(repo, "tiny", profile="paper", parameters={"n": "2", "flag": "yes"})
+    assert out == repo / "notebooks" / "paper" / "tiny.ipynb"
+    assert ci.read_bytes() == before
+    nb = nbformat.read(out, as_version=4)
+    injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert len(injected) == 1 and "n = 2" in injected[0].source and "flag = True" in injected[0].source
+    assert nb.metadata["papermill"]["parameters"] == {"n": 2, "flag": True, "profile": "paper"}
+    assert "result 1.0 True x paper\n" in [o.get("text") for c in nb.cells for o in c.get("outputs", [])]
+    status = json.loads((repo / "notebooks" / "status.json").read_text())
+    assert status["tiny"]["paper"]["parameters"] == {"n": 2, "flag": True}
+
+
+@pytest.mark.kernel
+def test_failing_chapter_names_the_cell_and_leaves_the_notebook(repo):
+    (repo / "book" / "bad.md").write_text(FAILING)
+    committed = repo / "notebooks" / "bad.ipynb"
+    committed.write_text("{}\n")
+    with pytest.raises(pipeline.PipelineError) as err:
+        pipeline.execute(repo, "bad")
+    msg = str(err.value)
+    line = FAILING.splitlines().index("y = x + 1  # fine")  # the fence is the line before it (1-based)
+    assert f"cell 3 (`y = x + 1  # fine`, book/bad.md:{line}, line 2 of the cell)" in msg
+    assert "ValueError: boom" in msg and "left untouched" in msg
+    assert committed.read_text() == "{}\n"
+    assert not (repo / "notebooks" / "status.json").exists()
