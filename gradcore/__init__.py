@@ -7,7 +7,9 @@ The library behind the gradcore book. One module per concept:
 * :mod:`gradcore.gradients`: what a client computes and shares;
 * :mod:`gradcore.defenses`: what a client does to its gradient first;
 * :mod:`gradcore.attacks`: gradient inversion behind one result type;
+* :mod:`gradcore.inverting`: the cosine + total-variation attack of Inverting Gradients;
 * :mod:`gradcore.linear`: the exact numpy analysis of the linear unit;
+* :mod:`gradcore.walkback`: Proposition 3.1, the exact walk-back through fully-connected layers;
 * :mod:`gradcore.metrics`: MSE, PSNR, SSIM, LPIPS;
 * :mod:`gradcore.plots`: the book's figures;
 * :mod:`gradcore.claims`: paper-vs-reproduced tables that chapters assert on;
@@ -47,7 +49,7 @@ def setup(seed: int = 0, threads: int | None = 2, deterministic: bool = True) ->
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-from . import attacks, claims, data, defenses, experiments, gradients, linear, metrics, models, papers, plots  # noqa: E402
+from . import attacks, claims, data, defenses, experiments, gradients, inverting, linear, metrics, models, papers, plots, walkback  # noqa: E402
 from .attacks import ATTACKS, AttackResult, attack, infer_labels  # noqa: E402
 from .claims import Claims  # noqa: E402
 from .data import DATASETS  # noqa: E402

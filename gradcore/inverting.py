@@ -1,0 +1,152 @@
+"""The Inverting Gradients attack (Geiping et al., NeurIPS 2020, Sec. 4).
+
+Gradient matching by direction rather than magnitude,
+
+    argmin_{x in [0,1]^n}  1 - <g(x), g*> / (||g(x)|| ||g*||)  +  alpha TV(x),
+
+optimised with Adam on the *sign* of the gradient, a step decay at 3/8, 5/8 and 7/8
+of the budget, pixels boxed to [0, 1], and several restarts of which the one with
+the lowest objective is kept. Restarts are batched with ``torch.func.vmap``: one
+vectorised double-backward serves them all instead of a Python loop.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from . import gradients as grads
+from .attacks import ATTACKS, INITIALISERS, AttackResult, Observation, _empty_history, _recorder, infer_labels
+
+
+def total_variation(images: torch.Tensor) -> torch.Tensor:
+    """Anisotropic total variation: mean absolute difference of neighbouring pixels, both directions."""
+    horizontal = (images[..., :, 1:] - images[..., :, :-1]).abs().mean()
+    vertical = (images[..., 1:, :] - images[..., :-1, :]).abs().mean()
+    return horizontal + vertical
+
+
+def cosine_distance(candidate: Sequence[torch.Tensor], target: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``1 - cos(g, g*)`` over the whole gradient, all layers as one vector (Geiping et al., Eq. 4)."""
+    dot = sum((c * t).sum() for c, t in zip(candidate, target))
+    candidate_norm = torch.sqrt(sum(c.pow(2).sum() for c in candidate))
+    target_norm = torch.sqrt(sum(t.pow(2).sum() for t in target))
+    return 1 - dot / (candidate_norm * target_norm + 1e-12)
+
+
+def _functional_model(model: nn.Module) -> nn.Module:
+    """A copy safe to run under ``vmap``: batch norm keeps its mode but stops tracking running statistics."""
+    if not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()) or not model.training:
+        return model
+    functional = copy.deepcopy(model)
+    torch.func.replace_all_batch_norm_modules_(functional)
+    return functional
+
+
+def batched_objective(model: nn.Module, target: Sequence[torch.Tensor], labels: torch.Tensor, loss: str | Callable,
+                      tv_weight: float, restarts: int = 2) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """``X -> (d objective / dX, objective)`` for a stack of restarts ``X`` of shape ``(R, B, *shape)``.
+
+    One restart takes plain autograd (a double backward); several are vectorised with
+    ``vmap``, which costs more per call than one restart but far less than a loop.
+    """
+    from torch.func import functional_call, grad, grad_and_value, vmap
+
+    network = _functional_model(model)
+    if restarts == 1:
+        return _single_objective(network, target, labels, loss, tv_weight)
+    names = [name for name, p in network.named_parameters() if p.requires_grad]
+    parameters = {name: p.detach() for name, p in network.named_parameters() if p.requires_grad}
+    buffers = {name: b.detach() for name, b in network.named_buffers()}
+    target = [t.detach() for t in target]
+    loss_function = grads.loss_function(loss)
+
+    def objective(images: torch.Tensor) -> torch.Tensor:
+        def training_loss(params):
+            return loss_function(functional_call(network, (params, buffers), (images,)), labels)
+
+        candidate = grad(training_loss)(parameters)
+        distance = cosine_distance([candidate[name] for name in names], target)
+        return distance + tv_weight * total_variation(images)
+
+    return vmap(grad_and_value(objective))
+
+
+def _single_objective(network: nn.Module, target: Sequence[torch.Tensor], labels: torch.Tensor, loss: str | Callable,
+                      tv_weight: float) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    def step_direction(stack: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        images = stack[0].detach().requires_grad_(True)
+        candidate = grads.batch_gradient(network, images, labels, loss, create_graph=True)
+        objective = cosine_distance(candidate, target) + tv_weight * total_variation(images)
+        (direction,) = torch.autograd.grad(objective, images)
+        return direction.unsqueeze(0), objective.detach().reshape(1)
+
+    return step_direction
+
+
+@ATTACKS.register("inverting_gradients")
+def inverting_gradients(observation: Observation, iterations: int = 4800, lr: float = 0.1, tv_weight: float = 1e-4,
+                        restarts: int = 1, init: str = "rand", signed: bool = True, decay: bool = True,
+                        snapshots: Sequence[int] = (), record_every: int = 10) -> AttackResult:
+    """Cosine gradient matching with a TV prior and signed Adam (Geiping et al., 2020, Sec. 4).
+
+    Parameters
+    ----------
+    iterations : int
+        Adam steps (the paper: 4,800 on CIFAR-10, 24,000 on ImageNet).
+    lr : float
+        Adam step size on [0, 1] pixels; decayed tenfold at 3/8, 5/8 and 7/8 of the budget.
+    tv_weight : float
+        Weight ``alpha`` of the total variation.
+    restarts : int
+        Independent initialisations, optimised together; the lowest final objective wins.
+    init : {"rand", "randn", "gray"}
+        Initialisation of the dummies.
+    signed : bool
+        Step on the sign of the gradient, as the paper does.
+    decay : bool
+        Apply the step decay.
+    snapshots, record_every
+        As for :func:`gradcore.attacks.dlg`; the history follows the best restart so far.
+    """
+    if restarts < 1:
+        raise ValueError(f"restarts must be at least 1, got {restarts}")
+    labels = observation.labels
+    if labels is None:
+        if observation.loss != "cross_entropy":
+            raise ValueError("the targets of a regression loss cannot be inferred; pass them as labels")
+        labels = infer_labels(observation.model, observation.gradient, observation.batch_size)
+    dtype, device = observation.gradient[0].dtype, observation.gradient[0].device
+    generator = torch.Generator().manual_seed(observation.seed)
+    shape = (restarts, observation.batch_size, *observation.shape)
+    images = INITIALISERS[init](shape, generator).to(device, dtype).clamp(0, 1).requires_grad_(True)
+    optimizer = torch.optim.Adam([images], lr=lr)
+    milestones = [int(iterations * fraction) for fraction in (3 / 8, 5 / 8, 7 / 8)] if decay else []
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=0.1)
+    step_direction = batched_objective(observation.model, observation.gradient, labels, observation.loss, tv_weight, restarts)
+
+    history, kept = _empty_history(observation), []
+    record = _recorder(observation, history)
+    wanted = set(snapshots)
+    for iteration in tqdm(range(0, iterations + 1), desc="inverting gradients", disable=not observation.progress,
+                          file=sys.stderr, mininterval=2.0, ncols=80):
+        direction, objective = step_direction(images.detach())
+        best = int(torch.argmin(objective))
+        current = images.detach()[best].clone()
+        if iteration % record_every == 0 or iteration == iterations:
+            record(iteration, objective[best].item(), current)
+        if iteration in wanted:
+            kept.append((iteration, current.clone()))
+        if iteration == iterations:
+            break
+        images.grad = direction.sign() if signed else direction
+        optimizer.step()
+        scheduler.step()
+        with torch.no_grad():
+            images.clamp_(0, 1)
+    return AttackResult(current, labels, history, kept)
