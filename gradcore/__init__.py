@@ -49,7 +49,7 @@ def setup(seed: int = 0, threads: int | None = 2, deterministic: bool = True) ->
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-from . import attacks, claims, data, defenses, experiments, gradients, inverting, linear, metrics, models, papers, plots, walkback  # noqa: E402
+from . import attacks, claims, data, defenses, experiments, gradients, inverting, linear, metrics, models, papers, plots, training, walkback  # noqa: E402
 from .attacks import ATTACKS, AttackResult, attack, infer_labels  # noqa: E402
 from .claims import Claims  # noqa: E402
 from .data import DATASETS  # noqa: E402

@@ -30,7 +30,7 @@ class Claim:
     paper: object
     reproduced: object
     test: str
-    holds: bool
+    holds: bool | None  # None: a claim this run could not reproduce, shown and explained, never silently dropped
 
 
 class Claims:
@@ -67,9 +67,13 @@ class Claims:
         """An ordering the paper claims: ``smaller < larger``."""
         self.add(claim, paper, f"{names[0]} {_format(smaller)} < {names[1]} {_format(larger)}", smaller < larger, "ordering")
 
+    def not_reproduced(self, claim: str, paper, reproduced, reason: str) -> None:
+        """A claim the chapter's setting does not reproduce: listed with the reason, not asserted."""
+        self.rows.append(Claim(claim, paper, reproduced, f"not reproduced: {reason}", None))
+
     @property
     def failures(self) -> list[Claim]:
-        return [row for row in self.rows if not row.holds]
+        return [row for row in self.rows if row.holds is False]
 
     def check(self) -> "Claims":
         """Raise ``AssertionError`` naming every claim that does not hold."""
@@ -80,7 +84,8 @@ class Claims:
         return self
 
     def _cells(self) -> list[list[str]]:
-        return [[row.claim, _format(row.paper), _format(row.reproduced), row.test, "yes" if row.holds else "NO"] for row in self.rows]
+        verdict = {True: "yes", False: "NO", None: "n/a"}
+        return [[row.claim, _format(row.paper), _format(row.reproduced), row.test, verdict[row.holds]] for row in self.rows]
 
     _header = ["claim", "paper", "reproduced", "test", "holds"]
 

@@ -39,29 +39,48 @@ class Scenario:
         """The gradient the client shares, after ``defense`` (a :data:`gradcore.DEFENSES` name)."""
         return gradients.shared_gradient(self.model, self.inputs, self.labels, self.loss, defense, seed, **defense_options)
 
+    def update(self, lr: float, epochs: int = 1, batch_size: int | None = None) -> tuple:
+        """The FedAvg update ``theta_0 - theta_K`` after local training (see :func:`gradcore.gradients.local_update`)."""
+        return gradients.local_update(self.model, self.inputs, self.labels, self.loss, lr, epochs, batch_size)
+
     def attack(self, name: str, defense: str | None = None, defense_options: dict | None = None, known_labels: bool = True,
-               seed: int = 0, progress: bool = False, **config) -> attacks.AttackResult:
+               seed: int = 0, progress: bool = False, local: dict | None = None, **config) -> attacks.AttackResult:
         """Share a (defended) gradient and run the attack ``name`` on it.
 
         ``known_labels=False`` hides the labels from the attacker, who must infer or
-        learn them; regression targets are always known.
+        learn them; regression targets are always known. ``local`` (``lr``, ``epochs``,
+        ``batch_size``) makes the client share a FedAvg update after local training
+        instead of one gradient, and tells the attack to unroll that training.
         """
-        shared = self.gradient(defense, seed, **(defense_options or {}))
+        if local is not None:
+            shared = self.update(**local)
+            if defense is not None:
+                from .defenses import defend
+
+                shared = defend(shared, defense, seed, **(defense_options or {}))
+            config["local"] = local
+        else:
+            shared = self.gradient(defense, seed, **(defense_options or {}))
         labels = self.labels if (known_labels or self.loss != "cross_entropy") else None
         return attacks.attack(name, self.model, shared, shape=self.shape, batch_size=self.batch_size, labels=labels,
                               loss=self.loss, truth=self.inputs, seed=seed, progress=progress, **config)
 
 
-def scenario(dataset: data.Dataset, model: str, batch_size: int = 1, seed: int = 0, num_classes: int | None = None,
+def scenario(dataset: data.Dataset, model: str | nn.Module, batch_size: int = 1, seed: int = 0, num_classes: int | None = None,
              dtype: torch.dtype = torch.float32, distinct_labels: bool = False, device: str | torch.device = "cpu",
              **model_options) -> Scenario:
     """Draw a private batch and build a seeded model for it.
 
-    A ``linear_unit`` regresses the label's value with the half squared error, as in
-    the DLG linear demonstration; every other model classifies with cross-entropy.
+    ``model`` is a registry name (a fresh, seeded network) or a network already built,
+    e.g. one trained in the chapter. A ``linear_unit`` regresses the label's value with
+    the half squared error, as in the DLG linear demonstration; every other model
+    classifies with cross-entropy.
     """
     inputs, labels = dataset.batch(batch_size, seed=seed, distinct_labels=distinct_labels)
-    network = models.build(model, dataset.shape, num_classes or dataset.num_classes, seed=seed, **model_options).to(device, dtype)
+    if isinstance(model, nn.Module):
+        network, model = model.to(device, dtype), type(model).__name__
+    else:
+        network = models.build(model, dataset.shape, num_classes or dataset.num_classes, seed=seed, **model_options).to(device, dtype)
     inputs, labels = inputs.to(device, dtype), labels.to(device)
     if model == "linear_unit":
         return Scenario(network, inputs, labels.to(dtype), "half_squared_error", f"{model} on {dataset.name}")

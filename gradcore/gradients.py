@@ -136,3 +136,64 @@ def flatten(gradient: Sequence[torch.Tensor]) -> torch.Tensor:
 def norm(gradient: Sequence[torch.Tensor]) -> torch.Tensor:
     """Euclidean norm of the whole gradient."""
     return torch.sqrt(sum(g.pow(2).sum() for g in gradient))
+
+
+def _minibatches(count: int, batch_size: int | None) -> list[slice]:
+    size = count if batch_size is None else batch_size
+    if not 1 <= size <= count:
+        raise ValueError(f"local batch size must be between 1 and the {count} local samples, got {size}")
+    return [slice(start, min(start + size, count)) for start in range(0, count, size)]
+
+
+def local_update(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss: str | Callable = "cross_entropy",
+                 lr: float = 1e-4, epochs: int = 1, batch_size: int | None = None) -> Gradient:
+    """The parameter update a FedAvg client sends after local training (McMahan et al., 2017).
+
+    The client runs ``epochs`` passes of plain SGD with step ``lr`` over its samples in
+    mini-batches of ``batch_size`` (all at once when ``None``), in a fixed order, and
+    shares ``theta_0 - theta_K``. Geiping et al. (2020, Sec. 5) attack exactly this. The
+    model itself is left unchanged.
+    """
+    if epochs < 1:
+        raise ValueError(f"epochs must be at least 1, got {epochs}")
+    parameters = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+    updated = unrolled_update(model, parameters, inputs, targets, loss, lr, epochs, batch_size, differentiable=False)
+    return tuple((parameters[name] - updated[name]).detach() for name in parameters)
+
+
+def unrolled_update(model: nn.Module, parameters: dict, inputs: torch.Tensor, targets: torch.Tensor, loss: str | Callable,
+                    lr: float, epochs: int, batch_size: int | None, differentiable: bool = True) -> dict:
+    """Local SGD written functionally, so an attacker can differentiate through every step.
+
+    Returns the parameters after training. With ``differentiable=True`` (the attack)
+    the result carries the graph back to ``inputs``; it also runs under ``torch.func.vmap``.
+    """
+    from torch.func import functional_call, grad
+
+    buffers = {name: b for name, b in model.named_buffers()}
+    objective = loss_function(loss)
+
+    def batch_loss(params, x, y):
+        return objective(functional_call(model, (params, buffers), (x,)), y)
+
+    step_gradient = grad(batch_loss)
+    current = dict(parameters)
+    for _ in range(epochs):
+        for part in _minibatches(len(inputs), batch_size):
+            step = step_gradient(current, inputs[part], targets[part])
+            current = {name: value - lr * (step[name] if differentiable else step[name].detach()) for name, value in current.items()}
+    return current
+
+
+def loss_after_update(model: nn.Module, update: Sequence[torch.Tensor], inputs: torch.Tensor, targets: torch.Tensor,
+                      loss: str | Callable = "cross_entropy") -> float:
+    """The client's loss on its own data at ``theta - update``: has local training helped or diverged?"""
+    from torch.func import functional_call
+
+    trained = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    if len(trained) != len(update):
+        raise ValueError(f"the update has {len(update)} tensors, the model {len(trained)} trainable parameters")
+    parameters = {name: p.detach() - u for (name, p), u in zip(trained, update)}
+    buffers = {name: b for name, b in model.named_buffers()}
+    with torch.no_grad():
+        return loss_function(loss)(functional_call(model, (parameters, buffers), (inputs,)), targets).item()

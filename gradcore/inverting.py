@@ -13,6 +13,7 @@ vectorised double-backward serves them all instead of a Python loop.
 from __future__ import annotations
 
 import copy
+import math
 import sys
 from typing import Callable, Sequence
 
@@ -49,7 +50,7 @@ def _functional_model(model: nn.Module) -> nn.Module:
 
 
 def batched_objective(model: nn.Module, target: Sequence[torch.Tensor], labels: torch.Tensor, loss: str | Callable,
-                      tv_weight: float, restarts: int = 2) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+                      tv_weight: float, restarts: int = 2, local: dict | None = None) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
     """``X -> (d objective / dX, objective)`` for a stack of restarts ``X`` of shape ``(R, B, *shape)``.
 
     One restart takes plain autograd (a double backward); several are vectorised with
@@ -59,7 +60,7 @@ def batched_objective(model: nn.Module, target: Sequence[torch.Tensor], labels: 
 
     network = _functional_model(model)
     if restarts == 1:
-        return _single_objective(network, target, labels, loss, tv_weight)
+        return _single_objective(network, target, labels, loss, tv_weight, local)
     names = [name for name, p in network.named_parameters() if p.requires_grad]
     parameters = {name: p.detach() for name, p in network.named_parameters() if p.requires_grad}
     buffers = {name: b.detach() for name, b in network.named_buffers()}
@@ -70,18 +71,31 @@ def batched_objective(model: nn.Module, target: Sequence[torch.Tensor], labels: 
         def training_loss(params):
             return loss_function(functional_call(network, (params, buffers), (images,)), labels)
 
-        candidate = grad(training_loss)(parameters)
+        candidate = grad(training_loss)(parameters) if local is None else _update(network, parameters, images, labels, loss, local)
         distance = cosine_distance([candidate[name] for name in names], target)
         return distance + tv_weight * total_variation(images)
 
     return vmap(grad_and_value(objective))
 
 
+def _update(network: nn.Module, parameters: dict, images: torch.Tensor, labels: torch.Tensor, loss: str | Callable,
+            local: dict) -> dict:
+    """The FedAvg update the dummies would produce: local SGD unrolled differentiably (Geiping et al., Sec. 5)."""
+    after = grads.unrolled_update(network, parameters, images, labels, loss, local["lr"], local.get("epochs", 1),
+                                  local.get("batch_size"))
+    return {name: parameters[name] - after[name] for name in parameters}
+
+
 def _single_objective(network: nn.Module, target: Sequence[torch.Tensor], labels: torch.Tensor, loss: str | Callable,
-                      tv_weight: float) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+                      tv_weight: float, local: dict | None = None) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    parameters = {name: p.detach() for name, p in network.named_parameters() if p.requires_grad}
+
     def step_direction(stack: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         images = stack[0].detach().requires_grad_(True)
-        candidate = grads.batch_gradient(network, images, labels, loss, create_graph=True)
+        if local is None:
+            candidate = grads.batch_gradient(network, images, labels, loss, create_graph=True)
+        else:
+            candidate = list(_update(network, parameters, images, labels, loss, local).values())
         objective = cosine_distance(candidate, target) + tv_weight * total_variation(images)
         (direction,) = torch.autograd.grad(objective, images)
         return direction.unsqueeze(0), objective.detach().reshape(1)
@@ -89,10 +103,29 @@ def _single_objective(network: nn.Module, target: Sequence[torch.Tensor], labels
     return step_direction
 
 
+SCHEDULES = ("step", "cosine", "linear")
+
+
+def _scheduler(optimizer: torch.optim.Optimizer, decay: bool | str, iterations: int):
+    """The step-size schedule: ``True``/``"step"`` is the paper's tenfold decay at 3/8, 5/8 and 7/8."""
+    if decay is True:
+        decay = "step"
+    if decay is False or decay is None:
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    if decay == "step":
+        milestones = [int(iterations * fraction) for fraction in (3 / 8, 5 / 8, 7 / 8)]
+        return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=0.1)
+    if decay == "cosine":
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, iterations) / max(iterations, 1))))
+    if decay == "linear":
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / max(iterations, 1)))
+    raise ValueError(f"unknown decay {decay!r}; use True, False or one of {', '.join(SCHEDULES)}")
+
+
 @ATTACKS.register("inverting_gradients")
 def inverting_gradients(observation: Observation, iterations: int = 4800, lr: float = 0.1, tv_weight: float = 1e-4,
-                        restarts: int = 1, init: str = "rand", signed: bool = True, decay: bool = True,
-                        snapshots: Sequence[int] = (), record_every: int = 10) -> AttackResult:
+                        restarts: int = 1, init: str = "rand", signed: bool = True, decay: bool | str = True,
+                        local: dict | None = None, snapshots: Sequence[int] = (), record_every: int = 10) -> AttackResult:
     """Cosine gradient matching with a TV prior and signed Adam (Geiping et al., 2020, Sec. 4).
 
     Parameters
@@ -100,7 +133,7 @@ def inverting_gradients(observation: Observation, iterations: int = 4800, lr: fl
     iterations : int
         Adam steps (the paper: 4,800 on CIFAR-10, 24,000 on ImageNet).
     lr : float
-        Adam step size on [0, 1] pixels; decayed tenfold at 3/8, 5/8 and 7/8 of the budget.
+        Adam step size on [0, 1] pixels, at the start of the schedule ``decay``.
     tv_weight : float
         Weight ``alpha`` of the total variation.
     restarts : int
@@ -109,8 +142,14 @@ def inverting_gradients(observation: Observation, iterations: int = 4800, lr: fl
         Initialisation of the dummies.
     signed : bool
         Step on the sign of the gradient, as the paper does.
-    decay : bool
-        Apply the step decay.
+    decay : bool or {"step", "cosine", "linear"}
+        Step-size schedule over the budget: ``True`` or ``"step"`` is the paper's
+        tenfold decay at 3/8, 5/8 and 7/8; ``"cosine"`` and ``"linear"`` anneal to zero;
+        ``False`` keeps ``lr`` constant.
+    local : dict, optional
+        The observation is a FedAvg update after local training with these settings
+        (``lr``, ``epochs``, ``batch_size``, as :func:`gradcore.gradients.local_update`);
+        the attack unrolls the same training on its dummies and matches the update.
     snapshots, record_every
         As for :func:`gradcore.attacks.dlg`; the history follows the best restart so far.
     """
@@ -126,9 +165,8 @@ def inverting_gradients(observation: Observation, iterations: int = 4800, lr: fl
     shape = (restarts, observation.batch_size, *observation.shape)
     images = INITIALISERS[init](shape, generator).to(device, dtype).clamp(0, 1).requires_grad_(True)
     optimizer = torch.optim.Adam([images], lr=lr)
-    milestones = [int(iterations * fraction) for fraction in (3 / 8, 5 / 8, 7 / 8)] if decay else []
-    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=0.1)
-    step_direction = batched_objective(observation.model, observation.gradient, labels, observation.loss, tv_weight, restarts)
+    scheduler = _scheduler(optimizer, decay, iterations)
+    step_direction = batched_objective(observation.model, observation.gradient, labels, observation.loss, tv_weight, restarts, local)
 
     history, kept = _empty_history(observation), []
     record = _recorder(observation, history)

@@ -68,3 +68,52 @@ DLG = PAPERS.add("dlg", Paper(
         "lbfgs_iterations": 300,
     },
 ))
+
+
+IG = PAPERS.add("inverting_gradients", Paper(
+    key="inverting_gradients",
+    citation="J. Geiping, H. Bauermeister, H. Droege, M. Moeller. Inverting Gradients: How easy is it to break "
+             "privacy in federated learning? NeurIPS 2020 (arXiv:2003.14053).",
+    common={
+        # Sec. 3, Prop. 3.1: the walk-back, checked on random float64 networks.
+        "walk_widths": (64, 48, 32, 10),
+        "survey_widths": (64, 32, 32, 10),
+        "survey_trials": 2000,
+        "mixture_batch": 8,
+        "invariance_scales": (1.0, 1e-2, 1e-4, 1e-6),
+        "mlp_widths": (128, 64),
+        # Sec. 4: the attack. Adam on signed gradients, step decay at 3/8, 5/8, 7/8, boxed pixels.
+        "cosine": {"lr": 0.1, "tv_weight": 1e-4, "init": "rand", "signed": True, "decay": True},
+        # DLG's attack as the baseline (Zhu et al., 2019), as in the DLG chapter.
+        "euclidean": {"optimiser": "lbfgs", "lr": 1.0, "max_iter": 20, "line_search": "strong_wolfe", "init": "randn"},
+        "image_size": 32,
+        # A small trained ReLU network in place of the paper's trained ResNet-20 (no pretrained weights offline).
+        "convnet_width": 16,
+        "train_epochs": 15,
+        "train_lr": 1e-3,
+        # Which of the paper's Sec. 5 settings each local-training row corresponds to.
+        "paper_equivalent": {"1 step, lr 1e-4": "1 step, lr 1e-4", "3 steps, lr 1e-4": "100 steps, lr 1e-4",
+                             "100 steps, lr 1e-4": "100 steps, lr 1e-4", "3 steps, lr 1e-2": "5 steps, lr 1e-2",
+                             "5 steps, lr 1e-2": "5 steps, lr 1e-2", "3 steps, lr 1e-1": "5 steps, lr 1e-1",
+                             "5 steps, lr 1e-1": "5 steps, lr 1e-1"},
+    },
+    profiles={
+        "ci": {"threads": 2, "attack_images": 2, "cosine_iterations": 500, "euclidean_steps": 50, "local_iterations": 200,
+               "local_settings": {"1 step, lr 1e-4": (1, 1e-4), "3 steps, lr 1e-4": (3, 1e-4),
+                                  "3 steps, lr 1e-2": (3, 1e-2), "3 steps, lr 1e-1": (3, 1e-1)}},
+        "paper": {"threads": None, "attack_images": 8, "cosine_iterations": 4800, "euclidean_steps": 300, "local_iterations": 4800,
+                  "local_settings": {"1 step, lr 1e-4": (1, 1e-4), "100 steps, lr 1e-4": (100, 1e-4),
+                                     "5 steps, lr 1e-2": (5, 1e-2), "5 steps, lr 1e-1": (5, 1e-1)}},
+    },
+    reported={
+        # Sec. 4 / Fig. 2: untrained shallow smooth network (DLG's setting) vs trained ResNet.
+        "euclidean_vs_cosine_untrained": (46.25, 18.00),
+        # Sec. 5, Fig. 5: local steps and learning rates (PSNR, dB).
+        "local_steps": {"1 step, lr 1e-4": 19.77, "100 steps, lr 1e-4": 19.39, "5 steps, lr 1e-2": 23.74, "5 steps, lr 1e-1": 4.96},
+        # Table 2: (epochs, images, batch size) -> PSNR.
+        "table2": {(1, 4, 2): 16.92, (1, 8, 2): 14.66, (1, 8, 8): 16.49, (5, 1, 1): 25.05, (5, 8, 8): 16.58},
+        # Sec. 5: width and depth of ResNets.
+        "width": {16: 19.02, 128: 22.94},
+        "depth": {18: 22.04, 34: 21.59, 50: 20.98},
+    },
+))

@@ -165,3 +165,21 @@ def snapshot_grid(truth: torch.Tensor, result, title: str = "", size: float = 1.
     order = align(result.reconstruction, truth)
     rows = [(f"step {step}", images[order]) for step, images in result.snapshots]
     return reconstruction_grid(truth, rows, title, column_titles=column_titles, size=size)
+
+
+def share_bars(shares: Mapping[str, Sequence[float]], title: str = "", ylabel: str = "share of the recovered row") -> Figure:
+    """Side-by-side bars of each sample's share in a batch mixture, one group per model."""
+    figure = Figure(figsize=(5.5, 3.2), layout="constrained")
+    axis = figure.subplots()
+    groups = list(shares.items())
+    width = 0.8 / len(groups)
+    for index, (label, values) in enumerate(groups):
+        ordered = np.sort(np.asarray(values, dtype=float))[::-1]
+        axis.bar(np.arange(len(ordered)) + index * width, ordered, width=width, label=str(label))
+    axis.set_xlabel("sample, most exposed first")
+    axis.set_ylabel(ylabel)
+    axis.grid(alpha=0.3, axis="y")
+    axis.legend(fontsize=8)
+    if title:
+        axis.set_title(title, fontsize=10)
+    return figure
