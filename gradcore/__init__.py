@@ -5,11 +5,15 @@ The library behind the gradcore book. One module per concept:
 * :mod:`gradcore.data`: offline datasets (digits, photos, optional CIFAR/ImageNet);
 * :mod:`gradcore.models`: the attacked networks (linear unit, MLP, LeNet, ConvNet, ResNet);
 * :mod:`gradcore.gradients`: what a client computes and shares;
-* :mod:`gradcore.defenses`: what a client does to its gradient first;
+* :mod:`gradcore.defenses`: what a client does to its gradient first (noise, clipping, top-k, Soteria, CENSOR);
+* :mod:`gradcore.federated`: Dirichlet non-i.i.d. clients and FedSGD with a defense on every update;
+* :mod:`gradcore.evaluation`: every attack against every defense, scored (plus the walk-back and EOT attacks);
 * :mod:`gradcore.attacks`: gradient inversion behind one result type;
 * :mod:`gradcore.inverting`: the cosine + total-variation attack of Inverting Gradients;
 * :mod:`gradcore.linear`: the exact numpy analysis of the linear unit;
 * :mod:`gradcore.walkback`: Proposition 3.1, the exact walk-back through fully-connected layers;
+* :mod:`gradcore.exclusivity`: neuron exclusivity (Pan et al., 2022): ExAN analysis, deterministic batch attack, artifact batches;
+* :mod:`gradcore.minimal`: minimal model structure for input reconstruction (closed forms, counting, regularised matching);
 * :mod:`gradcore.metrics`: MSE, PSNR, SSIM, LPIPS;
 * :mod:`gradcore.plots`: the book's figures;
 * :mod:`gradcore.claims`: paper-vs-reproduced tables that chapters assert on;
@@ -49,7 +53,7 @@ def setup(seed: int = 0, threads: int | None = 2, deterministic: bool = True) ->
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-from . import attacks, claims, data, defenses, experiments, gradients, inverting, linear, metrics, models, papers, plots, training, walkback  # noqa: E402
+from . import attacks, claims, data, defenses, evaluation, exclusivity, experiments, federated, gradients, inverting, linear, metrics, minimal, models, papers, plots, training, walkback  # noqa: E402
 from .attacks import ATTACKS, AttackResult, attack, infer_labels  # noqa: E402
 from .claims import Claims  # noqa: E402
 from .data import DATASETS  # noqa: E402

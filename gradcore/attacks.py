@@ -313,20 +313,34 @@ def dlg(observation: Observation, optimiser: str = "lbfgs", iterations: int = 30
         distance.backward()
         return distance
 
+    def objective_at(inputs: torch.Tensor) -> float:
+        return euclidean_distance(grads.batch_gradient(model, inputs, current_labels().detach(), loss), target).item()
+
+    result = optimise(observation, dummy, optimizer, closure, objective_at, iterations, f"dlg ({optimiser})", snapshots, record_every)
+    labels = current_labels().detach()
+    result.labels = labels.argmax(dim=-1) if learn_labels else labels
+    return result
+
+
+def optimise(observation: Observation, dummy: torch.Tensor, optimizer: torch.optim.Optimizer, closure: Callable[[], torch.Tensor],
+             objective_at: Callable[[torch.Tensor], float], iterations: int, description: str, snapshots: Sequence[int] = (),
+             record_every: int = 1) -> AttackResult:
+    """The loop every gradient-matching attack shares: step, stop on divergence, record, keep snapshots.
+
+    ``closure`` is what ``optimizer.step`` evaluates; ``objective_at`` scores a detached
+    iterate for the history (``optimizer.step`` returns the objective *before* its update,
+    so the recorded iterate is evaluated itself). On a non-finite objective or dummy the
+    loop stops and the last finite reconstruction is returned with ``diverged=True``.
+    The result's labels are the observation's; the caller replaces them if it learns its own.
+    """
     history, kept = _empty_history(observation), []
     record = _recorder(observation, history)
     wanted = set(snapshots)
-    last_good = dummy.detach().clone()
-    diverged = False
-
-    def objective_at(inputs: torch.Tensor) -> float:
-        # optimizer.step returns the objective *before* its update, so evaluate the recorded iterate itself.
-        return euclidean_distance(grads.batch_gradient(model, inputs, current_labels().detach(), loss), target).item()
-
+    last_good, diverged = dummy.detach().clone(), False
     record(0, objective_at(last_good), last_good)
     if 0 in wanted:
         kept.append((0, last_good.clone()))
-    for iteration in tqdm(range(1, iterations + 1), desc=f"dlg ({optimiser})", disable=not observation.progress,
+    for iteration in tqdm(range(1, iterations + 1), desc=description, disable=not observation.progress,
                           file=sys.stderr, mininterval=2.0, ncols=80):
         objective = optimizer.step(closure)
         if not torch.isfinite(objective) or not torch.isfinite(dummy).all():
@@ -337,9 +351,7 @@ def dlg(observation: Observation, optimiser: str = "lbfgs", iterations: int = 30
             record(iteration, objective_at(last_good), last_good)
         if iteration in wanted:
             kept.append((iteration, last_good.clone()))
-    labels = current_labels().detach()
-    labels = labels.argmax(dim=-1) if learn_labels else labels
-    return AttackResult(last_good, labels, history, kept, diverged=diverged)
+    return AttackResult(last_good, observation.labels, history, kept, diverged=diverged)
 
 
 @ATTACKS.register("idlg")

@@ -1,26 +1,76 @@
 """Defenses a client applies to its gradient before sharing it.
 
 Each defense is a function ``(gradient, generator, **options) -> gradient`` registered
-in :data:`DEFENSES`; :func:`defend` looks one up by name. Later chapters register
-more (sparsification, Soteria, CENSOR) with the same contract.
+in :data:`DEFENSES`; :func:`defend` looks one up by name. Defenses that must look at
+the client's data (Soteria, CENSOR) additionally declare keyword-only *context*
+arguments among ``model``, ``inputs``, ``labels`` and ``loss``; :func:`defend` passes
+each of them only to the defenses that declare it, so the plain contract still holds
+for the others and old callers keep working.
+
+Registered here:
+
+* ``none``, ``noise``, ``clip``, ``dp``: sharing as is, Gaussian noise, norm clipping
+  and their DP-SGD composition (Abadi et al., 2016);
+* ``sparsify``: top-k sparsification, per layer (the "Sparsi" baseline of CENSOR, [15]);
+* ``soteria``: prune the most input-revealing features of the representation feeding
+  the last fully-connected layer (Sun et al., CVPR 2021);
+* ``censor``: orthogonal-subspace sampling with loss-guided selection (Zhang et al.,
+  NDSS 2025, Algorithm 1).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import copy
+import inspect
+import math
+import statistics
+import time
+from typing import Callable, Sequence
 
 import torch
+from torch import nn
 
-from .gradients import Gradient, norm
+from .gradients import Gradient, batch_gradient, loss_after_update, norm
 from .registry import Registry
 
 DEFENSES: Registry = Registry("defense")
 
+#: The client-side context a defense may declare as keyword arguments.
+CONTEXT = ("model", "inputs", "labels", "loss")
 
-def defend(gradient: Sequence[torch.Tensor], name: str, seed: int = 0, **options) -> Gradient:
-    """Apply the defense registered as ``name`` with a seeded generator."""
+
+def defend(gradient: Sequence[torch.Tensor], name: str, seed: int = 0, context: dict | None = None, **options) -> Gradient:
+    """Apply the defense registered as ``name`` with a seeded generator.
+
+    Parameters
+    ----------
+    gradient : sequence of torch.Tensor
+        The client's gradient (or update), one tensor per trainable parameter.
+    name : str
+        Registry name in :data:`DEFENSES`.
+    seed : int
+        Seed of the defense's randomness.
+    context : dict, optional
+        What the client knows besides its gradient: ``model``, ``inputs``, ``labels``,
+        ``loss``. Each entry reaches only defenses whose signature names it.
+    **options
+        The defense's own settings (``sigma``, ``bound``, ``keep``, ``trials``, ...).
+    """
+    function = DEFENSES[name]
     generator = torch.Generator().manual_seed(seed)
-    return tuple(DEFENSES[name](tuple(gradient), generator, **options))
+    accepted = inspect.signature(function).parameters
+    unknown = set(context or {}) - set(CONTEXT)
+    if unknown:
+        raise ValueError(f"unknown defense context {sorted(unknown)}; known: {', '.join(CONTEXT)}")
+    passed = {key: value for key, value in (context or {}).items() if key in accepted}
+    return tuple(function(tuple(gradient), generator, **passed, **options))
+
+
+def _require(name: str, **context) -> None:
+    missing = [key for key, value in context.items() if value is None]
+    if missing:
+        raise ValueError(f"the {name} defense needs the client's {', '.join(missing)}: share through "
+                         "gradcore.shared_gradient / Scenario.gradient, or pass defend(..., context={...})")
 
 
 @DEFENSES.register("none")
@@ -50,3 +100,257 @@ def clip(gradient: Gradient, generator: torch.Generator, bound: float) -> Gradie
 def clip_then_noise(gradient: Gradient, generator: torch.Generator, bound: float, sigma: float) -> Gradient:
     """Clip to norm ``bound``, then add N(0, sigma^2): the order DP-SGD uses."""
     return gaussian_noise(clip(gradient, generator, bound), generator, sigma)
+
+
+# ----------------------------------------------------------------------------------
+# Top-k sparsification
+# ----------------------------------------------------------------------------------
+
+
+def kept_count(size: int, keep: float) -> int:
+    """Entries top-k keeps of a tensor of ``size``: ``round(keep * size)``, at least one."""
+    return max(1, min(size, int(round(keep * size))))
+
+
+@DEFENSES.register("sparsify")
+def sparsify(gradient: Gradient, generator: torch.Generator, keep: float) -> Gradient:
+    """Keep the ``keep`` fraction of largest-magnitude entries of each layer, zero the rest.
+
+    Gradient compression as a defense (Lin et al., 2018; the "Sparsi" baseline of CENSOR,
+    Sec. V-A). Each tensor keeps exactly :func:`kept_count` entries; ties are broken by
+    ``torch.topk``'s order, so the count is exact even for repeated values.
+    """
+    if not 0 < keep <= 1:
+        raise ValueError(f"the kept fraction must lie in (0, 1], got {keep}")
+    sparse = []
+    for g in gradient:
+        flat = g.reshape(-1)
+        index = torch.topk(flat.abs(), kept_count(flat.numel(), keep)).indices
+        mask = torch.zeros_like(flat, dtype=torch.bool)
+        mask[index] = True
+        sparse.append(torch.where(mask, flat, torch.zeros_like(flat)).reshape(g.shape))
+    return tuple(sparse)
+
+
+# ----------------------------------------------------------------------------------
+# Soteria
+# ----------------------------------------------------------------------------------
+
+
+def last_linear(model: nn.Module) -> nn.Linear:
+    """The model's last ``nn.Linear``: its input is the representation Soteria perturbs."""
+    layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    if not layers:
+        raise ValueError("Soteria needs a model whose last layer is nn.Linear (the representation is its input)")
+    return layers[-1]
+
+
+def representation_sensitivity(model: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+    """Per-feature ``|r_i| / ||d r_i / d x||`` summed over the batch (Sun et al., 2021, Sec. 4.2).
+
+    ``r`` is the input of the last linear layer. The ratio approximates ``||d x / d r_i||``,
+    how far the input moves per unit change of feature ``i``: the larger, the more the
+    feature reveals of ``x``. A feature that does not depend on the input (zero
+    Jacobian row) scores 0. Assumes each sample's representation depends on its own
+    input only (no batch statistics in training mode).
+    """
+    captured = {}
+    handle = last_linear(model).register_forward_hook(lambda module, args, output: captured.__setitem__("r", args[0]))
+    try:
+        x = inputs.detach().clone().requires_grad_(True)
+        model(x)
+    finally:
+        handle.remove()
+    representation = captured["r"].reshape(len(x), -1)
+    features = representation.shape[1]
+    # One vector-Jacobian product per feature, batched: basis[f] selects feature f of every sample.
+    basis = torch.eye(features, dtype=representation.dtype, device=representation.device)
+    basis = basis.unsqueeze(1).expand(features, len(x), features)
+    (jacobian,) = torch.autograd.grad(representation, x, grad_outputs=basis, is_grads_batched=True)
+    row_norms = jacobian.reshape(features, len(x), -1).norm(dim=2).T  # (B, F)
+    magnitude = representation.detach().abs()
+    ratio = torch.where(row_norms > 0, magnitude / torch.where(row_norms > 0, row_norms, torch.ones_like(row_norms)),
+                        torch.zeros_like(row_norms))
+    return ratio.sum(dim=0)
+
+
+@DEFENSES.register("soteria")
+def soteria(gradient: Gradient, generator: torch.Generator, prune: float, *, model: nn.Module | None = None,
+            inputs: torch.Tensor | None = None) -> Gradient:
+    """Soteria: prune the representation features that reveal the input most (Sun et al., CVPR 2021).
+
+    The gradient of the last linear layer's weight is ``dL/dz r^T``; zeroing the columns
+    of the ``prune`` fraction of features with the largest :func:`representation_sensitivity`
+    removes what the attacker would learn most from. Other tensors are shared as they are,
+    as in the authors' code, which perturbs the defended layer only.
+    """
+    _require("soteria", model=model, inputs=inputs)
+    if not 0 <= prune < 1:
+        raise ValueError(f"the pruned fraction must lie in [0, 1), got {prune}")
+    layer = last_linear(model)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    index = next((i for i, p in enumerate(trained) if p is layer.weight), None)
+    if index is None:
+        raise ValueError("the last linear layer's weight is not trainable, so its gradient cannot be pruned")
+    sensitivity = representation_sensitivity(model, inputs)
+    pruned = int(round(prune * len(sensitivity)))
+    mask = torch.ones_like(sensitivity)
+    if pruned:
+        mask[torch.topk(sensitivity, pruned).indices] = 0
+    defended = list(gradient)
+    defended[index] = gradient[index] * mask.to(gradient[index].dtype).unsqueeze(0)
+    return tuple(defended)
+
+
+# ----------------------------------------------------------------------------------
+# CENSOR
+# ----------------------------------------------------------------------------------
+
+PROJECTIONS = ("exact", "public")
+
+
+def orthogonal_projection(random: torch.Tensor, true: torch.Tensor, projection: str = "exact") -> torch.Tensor:
+    """Remove from ``random`` its component along ``true`` (CENSOR, Algorithm 1, step 1).
+
+    ``"exact"`` is the paper's ``r - <r, g>/<g, g> g``, orthogonal to ``g`` for every
+    ``g != 0``. ``"public"`` is what the released code computes, ``r - <r, g> g``: without
+    the division it is orthogonal only when ``||g|| = 1``. A zero ``g`` leaves ``r`` as is.
+    """
+    if projection not in PROJECTIONS:
+        raise ValueError(f"unknown projection {projection!r}; known: {', '.join(PROJECTIONS)}")
+    inner = (random * true).sum()
+    if projection == "public":
+        return random - inner * true
+    squared = (true * true).sum()
+    if squared == 0:
+        return random.clone()
+    return random - inner / squared * true
+
+
+def _rescale(tensor: torch.Tensor, target_norm: torch.Tensor) -> torch.Tensor:
+    current = tensor.norm()
+    return tensor * (target_norm / current) if current > 0 else torch.zeros_like(tensor)
+
+
+def censor_candidate(gradient: Gradient, random: Sequence[torch.Tensor], projection: str = "exact",
+                     layerwise: bool = True) -> Gradient:
+    """One CENSOR candidate: project ``random`` orthogonally to ``gradient`` and restore the norm.
+
+    ``layerwise=True`` projects and rescales each layer on its own (Algorithm 1);
+    ``False`` treats the whole gradient as one vector (the ablation of Table VII).
+    """
+    if layerwise:
+        return tuple(_rescale(orthogonal_projection(r, g, projection), g.norm()) for r, g in zip(random, gradient))
+    flat_g = torch.cat([g.reshape(-1) for g in gradient])
+    flat_r = torch.cat([r.reshape(-1) for r in random])
+    flat = _rescale(orthogonal_projection(flat_r, flat_g, projection), flat_g.norm())
+    sizes = [g.numel() for g in gradient]
+    return tuple(part.reshape(g.shape) for part, g in zip(torch.split(flat, sizes), gradient))
+
+
+def _normal_like(gradient: Gradient, generator: torch.Generator) -> tuple:
+    return tuple(torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device) for g in gradient)
+
+
+@DEFENSES.register("censor")
+def censor(gradient: Gradient, generator: torch.Generator, trials: int = 20, lr: float = 0.1, projection: str = "exact",
+           layerwise: bool = True, perturbations: Sequence[Sequence[torch.Tensor]] | None = None, *,
+           model: nn.Module | None = None, inputs: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+           loss: str | Callable | None = None) -> Gradient:
+    """CENSOR: sample in the orthogonal complement, keep the candidate that lowers the loss most.
+
+    Zhang et al., NDSS 2025, Algorithm 1. For each of ``trials`` candidates: draw a
+    random gradient ``r ~ N(0, I)`` of the model's shape, project each layer onto the
+    orthogonal complement of the true layer gradient, rescale it to the true layer's
+    norm; then take one step ``theta - lr * candidate`` and measure the local loss. The
+    candidate with the lowest loss is shared (the cold-posterior selection, M -> 0).
+
+    Parameters
+    ----------
+    trials : int
+        Candidates ``T`` (the paper's default: 20).
+    lr : float
+        Step size of the one-step update that scores a candidate.
+    projection : {"exact", "public"}
+        See :func:`orthogonal_projection`.
+    layerwise : bool
+        Per-layer projection and rescaling (the paper) or one global one (Table VII).
+    perturbations : sequence of gradients, optional
+        Use these instead of normal draws, one per trial (Sec. V-E: the gradient of a
+        public image, which misleads the attacker towards that image).
+    model, inputs, labels, loss
+        The client's context, to score candidates.
+    """
+    _require("censor", model=model, inputs=inputs, labels=labels, loss=loss)
+    if perturbations is not None:
+        perturbations = [tuple(p) for p in perturbations]
+        trials = len(perturbations)
+    if trials < 1:
+        raise ValueError(f"CENSOR needs at least one trial, got {trials}")
+    scorer = _without_running_statistics(model)
+    best, best_loss = None, math.inf
+    for trial in range(trials):
+        random = perturbations[trial] if perturbations is not None else _normal_like(gradient, generator)
+        if len(random) != len(gradient) or any(r.shape != g.shape for r, g in zip(random, gradient)):
+            raise ValueError("a perturbation must have the gradient's shapes, one tensor per trainable parameter")
+        candidate = censor_candidate(gradient, [r.to(g.device, g.dtype) for r, g in zip(random, gradient)], projection, layerwise)
+        value = loss_after_update(scorer, tuple(lr * c for c in candidate), inputs, labels, loss)
+        if best is None or value < best_loss:
+            best, best_loss = candidate, value
+    return best
+
+
+def _without_running_statistics(model: nn.Module) -> nn.Module:
+    # Scoring a candidate runs the model forward; in training mode batch norm would update
+    # the running statistics of the client's model in place, once per trial.
+    if not model.training or not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        return model
+    copied = copy.deepcopy(model)
+    torch.func.replace_all_batch_norm_modules_(copied)
+    return copied
+
+
+def projection_cosines(gradient: Sequence[torch.Tensor], generator: torch.Generator) -> dict:
+    """Cosine of each layer's projected draw to the true layer gradient, exact vs released code.
+
+    Returns ``{"exact": [...], "public": [...], "norms": [...]}``, one entry per layer with
+    a non-zero gradient: the exact projection is orthogonal to round-off, the released
+    one only where the layer's norm happens to be 1.
+    """
+    result = {"exact": [], "public": [], "norms": []}
+    for g in gradient:
+        if g.norm() == 0:
+            continue
+        r = torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device)
+        for kind in PROJECTIONS:
+            p = orthogonal_projection(r, g, kind)
+            result[kind].append(((p * g).sum() / (p.norm() * g.norm())).item())
+        result["norms"].append(g.norm().item())
+    return result
+
+
+# ----------------------------------------------------------------------------------
+# Overhead
+# ----------------------------------------------------------------------------------
+
+
+def overhead(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, name: str, loss: str = "cross_entropy",
+             repeats: int = 5, seed: int = 0, **options) -> float:
+    """Time of the defense divided by the time of computing the gradient it defends.
+
+    Both are the median of ``repeats`` wall-clock runs. Timings vary between runs and
+    machines: print them only in a sanitised form (e.g. a ``wall ...`` line) and never
+    assert more than a sanity check.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    context = {"model": model, "inputs": inputs, "labels": labels, "loss": loss}
+    gradient_times, defense_times = [], []
+    for repeat in range(repeats):
+        start = time.perf_counter()
+        gradient = tuple(g.detach() for g in batch_gradient(model, inputs, labels, loss))
+        gradient_times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        defend(gradient, name, seed=seed + repeat, context=context, **options)
+        defense_times.append(time.perf_counter() - start)
+    return statistics.median(defense_times) / max(statistics.median(gradient_times), 1e-9)

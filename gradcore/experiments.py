@@ -68,11 +68,13 @@ class Scenario:
 
 def scenario(dataset: data.Dataset, model: str | nn.Module, batch_size: int = 1, seed: int = 0, num_classes: int | None = None,
              dtype: torch.dtype = torch.float32, distinct_labels: bool = False, device: str | torch.device = "cpu",
-             **model_options) -> Scenario:
+             evaluation_mode: bool | None = None, **model_options) -> Scenario:
     """Draw a private batch and build a seeded model for it.
 
     ``model`` is a registry name (a fresh, seeded network) or a network already built,
-    e.g. one trained in the chapter. A ``linear_unit`` regresses the label's value with
+    e.g. one trained in the chapter. ``evaluation_mode=True`` puts the network in
+    evaluation mode (batch norm with its running statistics, which for an untrained
+    network is the identity), ``False`` in training mode; ``None`` leaves it as it is. A ``linear_unit`` regresses the label's value with
     the half squared error, as in the DLG linear demonstration; every other model
     classifies with cross-entropy.
     """
@@ -81,6 +83,8 @@ def scenario(dataset: data.Dataset, model: str | nn.Module, batch_size: int = 1,
         network, model = model.to(device, dtype), type(model).__name__
     else:
         network = models.build(model, dataset.shape, num_classes or dataset.num_classes, seed=seed, **model_options).to(device, dtype)
+    if evaluation_mode is not None:
+        network.train(not evaluation_mode)
     inputs, labels = inputs.to(device, dtype), labels.to(device)
     if model == "linear_unit":
         return Scenario(network, inputs, labels.to(dtype), "half_squared_error", f"{model} on {dataset.name}")
@@ -124,3 +128,24 @@ def final_table(sweeps: dict, key: str = "mse"):
     rows = [[knob, setting, result.final(key), "diverged" if result.diverged else ""]
             for knob, runs in sweeps.items() for setting, result in runs.items()]
     return Table(f"Final {key} per setting", ["knob", "setting", f"final {key}", ""], rows)
+
+
+def attack_single_images(dataset: data.Dataset, model: str | nn.Module, count: int, attack: str, config: dict, seed: int = 0,
+                         device: str | torch.device = "cpu", evaluation_mode: bool | None = None,
+                         **model_options) -> list[tuple[Scenario, attacks.AttackResult]]:
+    """Attack ``count`` clients that each share the gradient of one image (seeds ``seed``, ``seed + 1``, ...).
+
+    A model given by name is rebuilt for each client with that client's seed; the
+    scenarios are returned with the results so a figure can show the private images.
+    """
+    runs = []
+    for k in range(count):
+        case = scenario(dataset, model, 1, seed=seed + k, device=device, evaluation_mode=evaluation_mode, **model_options)
+        runs.append((case, case.attack(attack, seed=seed, **config)))
+    return runs
+
+
+def mean_final(runs: list, key: str = "psnr") -> float:
+    """Mean over runs (results, or (scenario, result) pairs) of the final value of a history entry."""
+    results = [run[1] if isinstance(run, tuple) else run for run in runs]
+    return float(sum(result.final(key) for result in results) / len(results))

@@ -96,7 +96,8 @@ def shared_gradient(model: nn.Module, inputs: torch.Tensor, targets: torch.Tenso
         return gradient
     from .defenses import defend
 
-    return defend(gradient, defense, seed=seed, **defense_options)
+    context = {"model": model, "inputs": inputs, "labels": targets, "loss": loss}  # only defenses that declare them see these
+    return defend(gradient, defense, seed=seed, context=context, **defense_options)
 
 
 def validate(gradient: Sequence[torch.Tensor], model: nn.Module) -> Gradient:
@@ -145,6 +146,22 @@ def _minibatches(count: int, batch_size: int | None) -> list[slice]:
     return [slice(start, min(start + size, count)) for start in range(0, count, size)]
 
 
+def stateless(model: nn.Module) -> nn.Module:
+    """The model itself, or, if it trains batch norm, a copy whose batch norm stops tracking running statistics.
+
+    In training mode batch norm normalises with the batch's own statistics, which is what
+    the gradient depends on; updating the running averages is an in-place side effect that
+    ``torch.func`` transforms refuse and that must not leak into the server's model.
+    """
+    import copy
+
+    if not model.training or not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        return model
+    copied = copy.deepcopy(model)
+    torch.func.replace_all_batch_norm_modules_(copied)
+    return copied
+
+
 def local_update(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss: str | Callable = "cross_entropy",
                  lr: float = 1e-4, epochs: int = 1, batch_size: int | None = None) -> Gradient:
     """The parameter update a FedAvg client sends after local training (McMahan et al., 2017).
@@ -157,7 +174,7 @@ def local_update(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, 
     if epochs < 1:
         raise ValueError(f"epochs must be at least 1, got {epochs}")
     parameters = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
-    updated = unrolled_update(model, parameters, inputs, targets, loss, lr, epochs, batch_size, differentiable=False)
+    updated = unrolled_update(stateless(model), parameters, inputs, targets, loss, lr, epochs, batch_size, differentiable=False)
     return tuple((parameters[name] - updated[name]).detach() for name in parameters)
 
 

@@ -12,7 +12,6 @@ vectorised double-backward serves them all instead of a Python loop.
 
 from __future__ import annotations
 
-import copy
 import math
 import sys
 from typing import Callable, Sequence
@@ -40,15 +39,6 @@ def cosine_distance(candidate: Sequence[torch.Tensor], target: Sequence[torch.Te
     return 1 - dot / (candidate_norm * target_norm + 1e-12)
 
 
-def _functional_model(model: nn.Module) -> nn.Module:
-    """A copy safe to run under ``vmap``: batch norm keeps its mode but stops tracking running statistics."""
-    if not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()) or not model.training:
-        return model
-    functional = copy.deepcopy(model)
-    torch.func.replace_all_batch_norm_modules_(functional)
-    return functional
-
-
 def batched_objective(model: nn.Module, target: Sequence[torch.Tensor], labels: torch.Tensor, loss: str | Callable,
                       tv_weight: float, restarts: int = 2, local: dict | None = None) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
     """``X -> (d objective / dX, objective)`` for a stack of restarts ``X`` of shape ``(R, B, *shape)``.
@@ -58,7 +48,7 @@ def batched_objective(model: nn.Module, target: Sequence[torch.Tensor], labels: 
     """
     from torch.func import functional_call, grad, grad_and_value, vmap
 
-    network = _functional_model(model)
+    network = grads.stateless(model)
     if restarts == 1:
         return _single_objective(network, target, labels, loss, tv_weight, local)
     names = [name for name, p in network.named_parameters() if p.requires_grad]

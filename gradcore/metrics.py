@@ -145,3 +145,52 @@ def align(reconstruction: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
     cost = torch.cdist(truth / scale, candidates / scale).pow(2)
     _, columns = linear_sum_assignment(cost.cpu().numpy())
     return torch.as_tensor(columns, device=reconstruction.device)
+
+
+def circular_shift_psnr(reconstruction: torch.Tensor, truth: torch.Tensor, data_range: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """PSNR after the best cyclic shift of each reconstruction, and that shift.
+
+    A network built only of circularly padded convolutions and a global pooling is
+    invariant to cyclic shifts of its input, so its gradient cannot say where the object
+    was (Geiping et al., 2020, Sec. 6). This measures how much of a reconstruction is right
+    up to position: ``MSE(s) = |a|^2 + |b|^2 - 2 corr(s)``, with the cross-correlation over
+    all shifts from one FFT, exact up to float64 rounding.
+
+    Returns
+    -------
+    psnr : torch.Tensor
+        ``(B,)`` PSNR at the best shift.
+    shift : torch.Tensor
+        ``(B, 2)`` the (rows, columns) by which ``torch.roll`` moves the reconstruction onto the truth.
+    """
+    reconstruction, truth = _check_pair(reconstruction, truth)
+    height, width = truth.shape[-2:]
+    correlation = torch.fft.ifft2(torch.fft.fft2(truth) * torch.fft.fft2(reconstruction).conj()).real.sum(1)
+    energy = reconstruction.pow(2).flatten(1).sum(1) + truth.pow(2).flatten(1).sum(1)
+    squared_error = (energy[:, None, None] - 2 * correlation).clamp(min=0) / truth[0].numel()
+    best = squared_error.flatten(1).argmin(1)
+    shift = torch.stack([best // width, best % width], dim=1)
+    error = squared_error.flatten(1).gather(1, best[:, None]).squeeze(1)
+    return 10 * torch.log10(data_range**2 / error), shift
+
+
+def best_matches(reconstruction: torch.Tensor, truth: torch.Tensor, metric: str = "psnr") -> tuple[torch.Tensor, torch.Tensor]:
+    """For each reconstruction, the private image it resembles most and the score against it.
+
+    Unlike :func:`align` this is not a one-to-one assignment: it is how an attacker who
+    looks at each reconstruction on its own would judge it, which is how Geiping et al.
+    (2020, Sec. 6) pick the most recognisable images of a large batch.
+
+    Returns
+    -------
+    match : torch.Tensor
+        ``(B,)`` index into ``truth`` of the best match of each reconstruction.
+    score : torch.Tensor
+        ``(B,)`` the metric against that match.
+    """
+    if reconstruction.dim() != 4 or truth.dim() != 4 or reconstruction.shape[1:] != truth.shape[1:]:
+        raise ValueError(f"need two image batches of the same image shape, got {tuple(reconstruction.shape)} and {tuple(truth.shape)}")
+    better_high = HIGHER_IS_BETTER[metric] if metric in HIGHER_IS_BETTER else True
+    scores = torch.stack([measure(metric, reconstruction, truth[j].expand_as(reconstruction)) for j in range(len(truth))], dim=1)
+    score, match = (scores.max(1) if better_high else scores.min(1))
+    return match, score

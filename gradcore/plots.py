@@ -59,7 +59,8 @@ def reconstruction_grid(truth: torch.Tensor, rows: Mapping[str, torch.Tensor] | 
     truth : torch.Tensor
         The private batch ``(B, C, H, W)``; shown in the first row.
     rows : mapping or sequence of (label, tensor)
-        Reconstructions (e.g. snapshots over iterations), one row each, aligned to ``truth``.
+        Reconstructions (e.g. snapshots over iterations), one row each, aligned to ``truth``;
+        a row with fewer images than ``truth`` fills its first columns.
     title : str
         Figure title.
     column_titles : sequence of str, optional
@@ -72,6 +73,9 @@ def reconstruction_grid(truth: torch.Tensor, rows: Mapping[str, torch.Tensor] | 
     axes = figure.subplots(len(all_rows), columns, squeeze=False)
     for r, (label, images) in enumerate(all_rows):
         for c in range(columns):
+            if c >= len(images):  # a shorter row (a smaller client) leaves its last cells empty
+                axes[r, c].axis("off")
+                continue
             _show(axes[r, c], images[c])
             if c == 0:
                 axes[r, c].set_ylabel(label, fontsize=9)
@@ -182,4 +186,123 @@ def share_bars(shares: Mapping[str, Sequence[float]], title: str = "", ylabel: s
     axis.legend(fontsize=8)
     if title:
         axis.set_title(title, fontsize=10)
+    return figure
+
+
+def heatmap(values: np.ndarray, rows: Sequence[str], columns: Sequence[str], title: str = "", cmap: str = "viridis",
+            label: str = "", fmt: str = "{:.3f}", vmax: float | None = None) -> Figure:
+    """A matrix of scores (e.g. attack x defense) as coloured cells with the value written in each; NaN cells blank.
+
+    ``vmax`` caps the colour scale (an exact recovery's PSNR is infinite or >100 dB);
+    capped cells read ``>= vmax``.
+    """
+    raw = np.asarray(values, dtype=float)
+    values = raw if vmax is None else np.where(np.isnan(raw), np.nan, np.minimum(raw, vmax))
+    figure = Figure(figsize=(1.1 * len(columns) + 2.6, 0.42 * len(rows) + 1.4), layout="constrained")
+    axis = figure.subplots()
+    image = axis.imshow(np.ma.masked_invalid(values), cmap=cmap, aspect="auto")
+    axis.set_xticks(range(len(columns)), [str(c) for c in columns], rotation=30, ha="right", fontsize=8)
+    axis.set_yticks(range(len(rows)), [str(r) for r in rows], fontsize=8)
+    finite = values[np.isfinite(values)]
+    middle = (finite.min() + finite.max()) / 2 if finite.size else 0.0
+    for r in range(values.shape[0]):
+        for c in range(values.shape[1]):
+            if np.isfinite(values[r, c]):
+                text = f">= {vmax:g}" if vmax is not None and raw[r, c] >= vmax else fmt.format(values[r, c])
+                axis.text(c, r, text, ha="center", va="center", fontsize=7,
+                          color="white" if values[r, c] < middle else "black")
+    figure.colorbar(image, ax=axis, label=label)
+    if title:
+        axis.set_title(title, fontsize=10)
+    return figure
+
+
+def accuracy_curves(logs: Mapping[str, object], title: str = "", shade: float | None = None, xlabel: str = "round") -> Figure:
+    """Test accuracy against round, one line per run (objects with ``rounds`` and ``accuracy``).
+
+    ``shade`` marks the rounds ``[0, shade]`` (e.g. the rounds a defense was applied in).
+    """
+    figure = Figure(figsize=(5.8, 3.4), layout="constrained")
+    axis = figure.subplots()
+    for label, log in logs.items():
+        axis.plot(log.rounds, log.accuracy, label=str(label))
+    if shade:
+        axis.axvspan(0, shade, color="gray", alpha=0.15, label="defended rounds")
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel("test accuracy")
+    axis.set_ylim(0, 1)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7)
+    if title:
+        axis.set_title(title, fontsize=10)
+    return figure
+
+
+def bars(values: Mapping[str, float], ylabel: str, title: str = "", log: bool = False) -> Figure:
+    """One bar per named value (e.g. a defense's cost as a multiple of the gradient's)."""
+    figure = Figure(figsize=(5.5, 3.2), layout="constrained")
+    axis = figure.subplots()
+    names = list(values)
+    axis.bar(range(len(names)), [values[n] for n in names])
+    axis.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+    axis.set_ylabel(ylabel)
+    if log:
+        axis.set_yscale("log")
+    axis.grid(alpha=0.3, axis="y")
+    if title:
+        axis.set_title(title, fontsize=10)
+    return figure
+
+
+def metric_panels(panels: Mapping[str, Mapping[str, Mapping[float, float]]], xlabel: str, ylabel: str, title: str = "",
+                  logx: bool = False, logy: bool = True, floor: float | None = 1e-16) -> Figure:
+    """Side-by-side panels of a final metric against a swept value, one line per series.
+
+    ``panels`` maps a panel title to ``{series: {x: y}}`` (e.g. dataset -> regulariser ->
+    batch size -> MSE). Values below ``floor`` (float64 round-off) are drawn at it.
+    """
+    figure = Figure(figsize=(4.6 * len(panels), 3.4), layout="constrained")
+    axes = np.atleast_1d(figure.subplots(1, len(panels)))
+    for axis, (panel, series) in zip(axes, panels.items()):
+        for label, points in series.items():
+            xs, ys = list(points.keys()), np.asarray(list(points.values()), dtype=float)
+            axis.plot(xs, ys if floor is None else np.maximum(ys, floor), marker="o", label=str(label))
+        axis.set_title(panel, fontsize=10)
+        axis.set_xlabel(xlabel)
+        axis.set_ylabel(ylabel)
+        if logx:
+            axis.set_xscale("log", base=2)
+        if logy:
+            axis.set_yscale("log")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    if title:
+        figure.suptitle(title, fontsize=11)
+    return figure
+
+
+def line_panels(panels: Mapping[str, Mapping[str, tuple[Sequence[float], Sequence[float]]]], xlabel: str, ylabel: str,
+                title: str = "", logx: bool = False, ylim: tuple[float, float] | None = None,
+                dashed: Sequence[str] = ()) -> Figure:
+    """Side-by-side panels of lines, each line given as ``(xs, ys)``; labels in ``dashed`` are drawn dashed.
+
+    Used for rates against a swept size, one panel per condition (e.g. the insecure rate
+    against batch size at initialisation and after training, one line per width).
+    """
+    figure = Figure(figsize=(4.6 * len(panels), 3.4), layout="constrained")
+    axes = np.atleast_1d(figure.subplots(1, len(panels)))
+    for axis, (panel, lines) in zip(axes, panels.items()):
+        for label, (xs, ys) in lines.items():
+            axis.plot(xs, ys, marker="o", linestyle="--" if label in dashed else "-", label=str(label))
+        axis.set_title(panel, fontsize=10)
+        axis.set_xlabel(xlabel)
+        axis.set_ylabel(ylabel)
+        if logx:
+            axis.set_xscale("log", base=2)
+        if ylim is not None:
+            axis.set_ylim(*ylim)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    if title:
+        figure.suptitle(title, fontsize=11)
     return figure

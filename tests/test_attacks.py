@@ -241,6 +241,9 @@ def test_dlg_unknown_options(digits, make_mlp, option, value, fragment):
 
 CONFIGS = {
     "closed_form": {},
+    "minimal_mlp": {},
+    "exclusivity": {},
+    "walk_back": {},
     "dlg": {"optimiser": "gd", "lr": 0.1, "iterations": 5, "snapshots": (0, 2, 5)},
     "idlg": {"optimiser": "gd", "lr": 0.1, "iterations": 5, "snapshots": (0, 2, 5)},
 }
@@ -253,10 +256,27 @@ def mlp_case(digits, make_mlp):
     return model, image, label, gradients.shared_gradient(model, image, label)
 
 
+def _relu_mlp():
+    return models.build("mlp", (1, 8, 8), 10, seed=3, widths=(32, 16), activation="relu").double()
+
+
+def _small_cnn():
+    torch.manual_seed(3)
+    return torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                               torch.nn.Linear(256, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10)).double()
+
+
+#: Attacks that need a particular architecture get it; every other attack sees the sigmoid MLP.
+MODEL_FOR = {"walk_back": _relu_mlp, "exclusivity": _relu_mlp, "exclusivity_hybrid": _small_cnn}
+
+
 @pytest.mark.parametrize("name", attacks.ATTACKS.names())
 @pytest.mark.parametrize("with_truth", [False, True])
 def test_every_attack_honours_the_result_contract(name, with_truth, mlp_case):
     model, image, label, shared = mlp_case
+    if name in MODEL_FOR:
+        model, image = MODEL_FOR[name](), image.double()
+        shared = gradients.shared_gradient(model, image, label)
     config = CONFIGS.get(name, {"iterations": 5})
     result = attacks.attack(name, model, shared, shape=(1, 8, 8), labels=label, truth=image if with_truth else None,
                             progress=False, **config)

@@ -1,4 +1,4 @@
-"""gradcore.defenses: clipping, Gaussian noise and their DP-SGD composition.
+"""gradcore.defenses: clipping, noise, DP-SGD, top-k, Soteria and CENSOR.
 
 Outside references: numpy norms, the sample statistics of many draws, and the
 defenses composed by hand.
@@ -83,10 +83,10 @@ def test_dp_is_clip_then_noise():
 
 def test_unknown_defense_names_the_known_ones():
     with pytest.raises(KeyError) as caught:
-        defenses.defend(gradient_of_norm(1.0), "soteria")
+        defenses.defend(gradient_of_norm(1.0), "precode")
     message = str(caught.value)
-    assert "unknown defense 'soteria'" in message
-    for name in ("clip", "dp", "noise", "none"):
+    assert "unknown defense 'precode'" in message
+    for name in ("censor", "clip", "dp", "noise", "none", "soteria", "sparsify"):
         assert name in message
 
 
@@ -105,3 +105,187 @@ def test_invalid_options_raise(name, options, fragment):
 def test_missing_option_raises_type_error():
     with pytest.raises(TypeError):
         defenses.defend(gradient_of_norm(1.0), "noise")
+
+
+# ----------------------------------------------------------------------------------
+# Context passing, top-k, Soteria, CENSOR
+# ----------------------------------------------------------------------------------
+
+from torch import nn  # noqa: E402
+
+from gradcore import models  # noqa: E402
+
+
+def tiny_case(seed: int = 0, batch: int = 2):
+    """A float64 MLP on 8x8 inputs with a batch, its gradient, and the defense context."""
+    model = models.build("mlp", (1, 8, 8), 4, seed=seed, widths=(12,)).double()
+    generator = torch.Generator().manual_seed(seed)
+    inputs = torch.rand((batch, 1, 8, 8), generator=generator, dtype=torch.float64)
+    labels = torch.arange(batch) % 4
+    gradient = tuple(g.detach() for g in gradients.batch_gradient(model, inputs, labels))
+    return model, inputs, labels, gradient, {"model": model, "inputs": inputs, "labels": labels, "loss": "cross_entropy"}
+
+
+def test_context_reaches_only_the_defenses_that_declare_it():
+    model, inputs, labels, gradient, context = tiny_case()
+    # "noise" declares no context: passing it must not break the plain contract.
+    assert all(torch.equal(a, b) for a, b in zip(defenses.defend(gradient, "noise", seed=1, context=context, sigma=0.1),
+                                                  defenses.defend(gradient, "noise", seed=1, sigma=0.1)))
+    with pytest.raises(ValueError, match="unknown defense context"):
+        defenses.defend(gradient, "none", context={"optimizer": None})
+    with pytest.raises(ValueError, match="censor defense needs the client's model, inputs, labels, loss"):
+        defenses.defend(gradient, "censor")
+    with pytest.raises(ValueError, match="soteria defense needs the client's model, inputs"):
+        defenses.defend(gradient, "soteria", prune=0.1)
+
+
+def test_shared_gradient_passes_the_context():
+    model, inputs, labels, gradient, context = tiny_case()
+    shared = gradients.shared_gradient(model, inputs, labels, defense="censor", seed=2, trials=3)
+    direct = defenses.defend(gradient, "censor", seed=2, context=context, trials=3)
+    assert all(torch.allclose(a, b) for a, b in zip(shared, direct))
+
+
+@pytest.mark.parametrize("keep", [0.2, 0.05, 1.0])
+def test_sparsify_keeps_exactly_k_largest_per_layer(keep):
+    gradient = gradient_of_norm(3.0)
+    sparse = defenses.defend(gradient, "sparsify", keep=keep)
+    for s, g in zip(sparse, gradient):
+        k = defenses.kept_count(g.numel(), keep)
+        assert torch.count_nonzero(s) == k
+        assert k == max(1, round(keep * g.numel()))
+        kept = s != 0
+        assert torch.equal(s[kept], g[kept])  # kept entries are untouched
+        # numpy reference: the kept set is the k largest magnitudes.
+        magnitudes = np.sort(np.abs(g.numpy().ravel()))[::-1]
+        assert np.sort(np.abs(s.numpy()[kept.numpy()]))[::-1].tolist() == magnitudes[:k].tolist()
+
+
+def test_sparsify_count_is_exact_with_ties_and_rejects_bad_fractions():
+    tied = (torch.ones(10, dtype=torch.float64),)
+    assert torch.count_nonzero(defenses.defend(tied, "sparsify", keep=0.3)[0]) == 3
+    for keep in (0.0, 1.5, -0.2):
+        with pytest.raises(ValueError, match="kept fraction"):
+            defenses.defend(tied, "sparsify", keep=keep)
+
+
+def test_clip_bound_four_bounds_the_norm():
+    for target in (0.5, 4.0, 40.0):
+        clipped = defenses.defend(gradient_of_norm(target), "clip", bound=4.0)
+        assert numpy_norm(clipped) <= 4.0 * (1 + 1e-12)
+
+
+def test_representation_sensitivity_matches_finite_differences():
+    model, inputs, labels, gradient, context = tiny_case(batch=1)
+    ratio = defenses.representation_sensitivity(model, inputs)
+    # Reference: the Jacobian of the hidden ReLU layer by central differences.
+    hidden = nn.Sequential(*list(model)[:-1])
+    x = inputs.reshape(-1)
+    step = 1e-6
+    columns = []
+    for index in range(x.numel()):
+        delta = torch.zeros_like(x)
+        delta[index] = step
+        columns.append((hidden((x + delta).reshape(inputs.shape)) - hidden((x - delta).reshape(inputs.shape)))[0] / (2 * step))
+    jacobian = torch.stack(columns, dim=1)  # (features, pixels)
+    r = hidden(inputs)[0].detach()
+    row_norms = jacobian.norm(dim=1)
+    expected = torch.where(row_norms > 0, r.abs() / torch.where(row_norms > 0, row_norms, torch.ones_like(row_norms)), 0 * r)
+    torch.testing.assert_close(ratio, expected, rtol=1e-6, atol=1e-9)
+
+
+def test_soteria_prunes_the_most_revealing_columns_of_the_last_layer_only():
+    model, inputs, labels, gradient, context = tiny_case()
+    defended = defenses.defend(gradient, "soteria", context=context, prune=0.25)
+    sensitivity = defenses.representation_sensitivity(model, inputs)
+    pruned = torch.topk(sensitivity, 3).indices  # 25% of 12 features
+    weight = defended[-2]
+    assert torch.count_nonzero(weight[:, pruned]) == 0
+    others = [i for i in range(12) if i not in pruned.tolist()]
+    assert torch.equal(weight[:, others], gradient[-2][:, others])
+    assert all(torch.equal(a, b) for i, (a, b) in enumerate(zip(defended, gradient)) if i != len(gradient) - 2)
+    assert torch.all(sensitivity[pruned].min() >= sensitivity[others])
+    with pytest.raises(ValueError, match="pruned fraction"):
+        defenses.defend(gradient, "soteria", context=context, prune=1.0)
+    conv_only = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten())
+    with pytest.raises(ValueError, match="last layer is nn.Linear"):
+        defenses.soteria((), torch.Generator(), 0.1, model=conv_only, inputs=inputs)
+
+
+def test_orthogonal_projection_exact_vs_released_code():
+    generator = torch.Generator().manual_seed(0)
+    g = torch.randn(50, generator=generator, dtype=torch.float64) * 3
+    r = torch.randn(50, generator=generator, dtype=torch.float64)
+    exact = defenses.orthogonal_projection(r, g, "exact")
+    public = defenses.orthogonal_projection(r, g, "public")
+    assert abs(float(exact @ g)) / (exact.norm() * g.norm()) < 1e-12
+    torch.testing.assert_close(exact, torch.as_tensor(r.numpy() - (r.numpy() @ g.numpy()) / (g.numpy() @ g.numpy()) * g.numpy()))
+    assert abs(float(public @ g)) / (public.norm() * g.norm()) > 0.1  # ||g|| = 3*sqrt(50): far from orthogonal
+    unit = g / g.norm()
+    torch.testing.assert_close(defenses.orthogonal_projection(r, unit, "public"), defenses.orthogonal_projection(r, unit, "exact"))
+    with pytest.raises(ValueError, match="unknown projection"):
+        defenses.orthogonal_projection(r, g, "approximate")
+
+
+def test_censor_is_orthogonal_per_layer_and_norm_preserving():
+    model, inputs, labels, gradient, context = tiny_case()
+    shared = defenses.defend(gradient, "censor", seed=3, context=context, trials=5)
+    for s, g in zip(shared, gradient):
+        assert abs(float((s * g).sum())) <= 1e-6 * float(s.norm() * g.norm())
+        assert float(s.norm()) == pytest.approx(float(g.norm()), rel=1e-10)
+    flat = defenses.defend(gradient, "censor", seed=3, context=context, trials=5, layerwise=False)
+    assert abs(float(gradients.flatten(flat) @ gradients.flatten(gradient))) <= 1e-6 * float(gradients.norm(gradient)) ** 2
+    assert float(gradients.norm(flat)) == pytest.approx(float(gradients.norm(gradient)), rel=1e-10)
+    cosines = defenses.projection_cosines(gradient, torch.Generator().manual_seed(0))
+    assert max(abs(c) for c in cosines["exact"]) < 1e-12
+    assert max(abs(c) for c in cosines["public"]) > 1e-3
+
+
+def test_censor_keeps_the_candidate_with_the_lowest_loss():
+    model, inputs, labels, gradient, context = tiny_case()
+    lr = 0.5
+    # Re-draw the candidates by hand with the same generator and score them with the loss.
+    generator = torch.Generator().manual_seed(7)
+    candidates = [defenses.censor_candidate(gradient, [torch.randn(g.shape, generator=generator, dtype=g.dtype) for g in gradient])
+                  for _ in range(6)]
+    losses = [gradients.loss_after_update(model, tuple(lr * c for c in cand), inputs, labels) for cand in candidates]
+    shared = defenses.defend(gradient, "censor", seed=7, context=context, trials=6, lr=lr)
+    best = int(np.argmin(losses))
+    assert all(torch.allclose(a, b) for a, b in zip(shared, candidates[best]))
+    assert len(set(round(v, 12) for v in losses)) > 1  # the selection had something to choose from
+    one = defenses.defend(gradient, "censor", seed=7, context=context, trials=1, lr=lr)
+    assert all(torch.allclose(a, b) for a, b in zip(one, candidates[0]))
+    with pytest.raises(ValueError, match="at least one trial"):
+        defenses.defend(gradient, "censor", context=context, trials=0)
+
+
+def test_censor_with_a_given_perturbation_and_a_zero_layer():
+    model, inputs, labels, gradient, context = tiny_case()
+    zeroed = (torch.zeros_like(gradient[0]),) + gradient[1:]
+    public = tuple(torch.ones_like(g) for g in gradient)
+    shared = defenses.defend(zeroed, "censor", context=context, perturbations=[public])
+    assert torch.count_nonzero(shared[0]) == 0  # a zero layer has norm 0 to restore
+    expected = defenses.censor_candidate(zeroed, public)
+    assert all(torch.equal(a, b) for a, b in zip(shared, expected))
+    with pytest.raises(ValueError, match="perturbation must have the gradient's shapes"):
+        defenses.defend(gradient, "censor", context=context, perturbations=[public[:-1]])
+
+
+def test_censor_leaves_batch_norm_statistics_alone():
+    model = models.build("convnet", (3, 16, 16), 3, seed=0, width=2).double().train()
+    inputs = torch.rand((2, 3, 16, 16), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    labels = torch.tensor([0, 1])
+    before = [b.clone() for b in model.buffers()]
+    gradient = gradients.shared_gradient(model, inputs, labels)
+    after_gradient = [b.clone() for b in model.buffers()]
+    defenses.defend(gradient, "censor", context={"model": model, "inputs": inputs, "labels": labels, "loss": "cross_entropy"}, trials=3)
+    assert all(torch.equal(a, b) for a, b in zip(after_gradient, model.buffers()))
+    assert len(before) > 0
+
+
+def test_overhead_is_a_positive_ratio_and_checks_repeats():
+    model, inputs, labels, gradient, context = tiny_case()
+    ratio = defenses.overhead(model, inputs, labels, "censor", repeats=2, trials=2)
+    assert np.isfinite(ratio) and ratio > 0
+    with pytest.raises(ValueError, match="repeats"):
+        defenses.overhead(model, inputs, labels, "none", repeats=0)

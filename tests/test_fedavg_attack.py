@@ -1,6 +1,10 @@
 """The Inverting Gradients attack on a FedAvg update (local training unrolled)."""
 
+import copy
+
 import torch
+
+import gradcore
 
 from gradcore import data, experiments, inverting
 
@@ -33,3 +37,14 @@ def test_attack_on_update_returns_the_contract():
     assert result.reconstruction.min() >= 0 and result.reconstruction.max() <= 1
     assert result.history["iteration"] == [0, 4, 8, 12]
     assert result.labels.tolist() == case.labels.tolist()
+
+
+def test_local_update_of_a_training_mode_batchnorm_model_leaves_its_statistics_alone(photos):
+    """A client in training mode: batch norm uses batch statistics and the server's running averages stay put."""
+    model = gradcore.models.build("convnet", (3, 16, 16), 8, seed=0, width=4).train()
+    before = {name: b.clone() for name, b in model.named_buffers()}
+    inputs, labels = photos.images[:2], torch.tensor([0, 1])
+    update = gradcore.gradients.local_update(model, inputs, labels, lr=0.1, epochs=1)
+    single = gradcore.gradients.batch_gradient(copy.deepcopy(model), inputs, labels)  # a copy may move its own statistics
+    assert all(torch.allclose(u, 0.1 * g, atol=1e-6) for u, g in zip(update, single))
+    assert all(torch.equal(before[name], b) for name, b in model.named_buffers())

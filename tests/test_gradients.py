@@ -186,7 +186,7 @@ def test_shared_gradient_applies_the_named_defense(make_mlp):
     assert not all(torch.equal(n, o) for n, o in zip(noisy, other))
 
     with pytest.raises(KeyError, match="known defenses"):
-        gradients.shared_gradient(model, inputs, labels, defense="sparsify")
+        gradients.shared_gradient(model, inputs, labels, defense="precode")
 
 
 # ----------------------------------------------------------------------------------

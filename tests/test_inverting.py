@@ -80,7 +80,7 @@ def test_batched_objective_equals_separate_single_restarts(train):
         assert (directions[r] - direction[0]).abs().max().item() < 1e-10
     # The single restart is plain autograd of cosine distance + TV.
     x = stack[0].clone().requires_grad_(True)
-    reference_model = model if not train else inverting._functional_model(model)
+    reference_model = model if not train else gradients.stateless(model)
     objective = (inverting.cosine_distance(gradients.batch_gradient(reference_model, x, labels, create_graph=True), target)
                  + 0.05 * inverting.total_variation(x))
     (reference,) = torch.autograd.grad(objective, x)

@@ -164,3 +164,25 @@ def test_lpips_runs_when_the_backbone_file_is_present(empty_torch_home):
     gray = metrics.measure("lpips", reconstruction[:, :1], truth[:, :1])  # grayscale is repeated to RGB
     assert gray.shape == (2,) and torch.isfinite(gray).all()
     assert set(metrics._lpips_models) == {"alex"}  # built once, then cached
+
+
+def test_circular_shift_psnr_finds_the_roll_and_matches_a_brute_force_search():
+    generator = torch.Generator().manual_seed(0)
+    truth = torch.rand((2, 3, 8, 8), generator=generator)
+    shifted = torch.stack([torch.roll(truth[0], (3, 5), dims=(1, 2)), truth[1] * 0.5])
+    psnr, shift = metrics.circular_shift_psnr(shifted, truth)
+    assert psnr[0] > 150  # an exact roll: the error is float64 cancellation only
+    assert torch.equal(torch.roll(shifted[0], tuple(shift[0].tolist()), dims=(1, 2)), truth[0])
+    brute = max(metrics.psnr(torch.roll(shifted[1:], (r, c), dims=(2, 3)), truth[1:]).item() for r in range(8) for c in range(8))
+    assert abs(psnr[1].item() - brute) < 1e-9
+
+
+def test_best_matches_picks_the_nearest_original_not_an_assignment():
+    generator = torch.Generator().manual_seed(1)
+    truth = torch.rand((3, 1, 8, 8), generator=generator)
+    reconstruction = torch.stack([truth[2], truth[2] + 0.01, truth[0]])
+    match, score = metrics.best_matches(reconstruction, truth)
+    assert match.tolist() == [2, 2, 0]
+    assert torch.allclose(score[1], metrics.psnr(reconstruction[1:2], truth[2:3])[0])
+    with pytest.raises(ValueError, match="same image shape"):
+        metrics.best_matches(reconstruction, torch.rand((3, 3, 8, 8)))

@@ -1,0 +1,442 @@
+"""Attack-versus-defense evaluation: every attack on every defended gradient, scored.
+
+:func:`matrix` is the one entry point: for each scenario (a client's private batch and
+model, :class:`gradcore.experiments.Scenario`), each defense produces the gradient the
+client shares, each applicable attack inverts it, and the reconstruction is scored
+against the private batch. It returns an :class:`Evaluation`, from which a chapter
+takes a table per metric and the data of a heat-map figure.
+
+Two attacks live here because they exist only for evaluating defenses:
+
+* ``walk_back``: the exact walk-back of Geiping et al. (2020, Prop. 3.1) behind the
+  attack contract (ReLU MLPs, one sample);
+* ``censor_eot``: the adaptive attacker of CENSOR (Zhang et al., NDSS 2025, Sec. V-D,
+  Table III): expectation over transformation. It imitates CENSOR's sampling, projects
+  and rescales its dummy's gradient the way the client would, averages over several
+  draws, and matches that average to the shared gradient by cosine + TV.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from . import gradients as grads
+from . import metrics as quality
+from .attacks import ATTACKS, AttackResult, Observation, _empty_history, _recorder, attack, infer_labels
+from .claims import Table
+from .defenses import censor_candidate
+
+try:  # the exclusivity attack of Pan et al. (2022), where that module is present
+    from . import exclusivity  # noqa: F401
+except ImportError:
+    exclusivity = None
+from .inverting import _scheduler, cosine_distance, total_variation
+
+
+# ----------------------------------------------------------------------------------
+# Attacks used for evaluation
+# ----------------------------------------------------------------------------------
+
+
+def walk_back_attack(observation: Observation) -> AttackResult:
+    """Prop. 3.1 of Inverting Gradients as an attack: exact for one sample through a ReLU MLP.
+
+    Raises ``ValueError`` for a batch or a model outside ``[Flatten] Linear (ReLU Linear)*``
+    (the attack does not apply). A defended gradient can block the walk (no live row to
+    divide by); the attacker then has nothing and guesses uniform gray. Pixels are
+    clipped to [0, 1], the range the attacker knows.
+    """
+    from .walkback import walk_back_torch
+
+    if observation.batch_size != 1:
+        raise ValueError("the walk-back applies to one sample; a batch gives a mixture of its inputs")
+    result = walk_back_torch(observation.model, observation.gradient, observation.shape)
+    if result.recovered:
+        reconstruction = result.reconstruction.clamp(0, 1)
+    else:
+        reconstruction = torch.full((1, *observation.shape), 0.5, dtype=observation.gradient[0].dtype)
+    history = _empty_history(observation)
+    _recorder(observation, history)(0, 0.0, reconstruction)
+    return AttackResult(reconstruction.detach(), observation.labels, history, diverged=not result.recovered)
+
+
+def imitate_censor(gradient: Sequence[torch.Tensor], generator: torch.Generator, samples: int,
+                   projection: str = "exact") -> list[torch.Tensor]:
+    """The average of ``samples`` CENSOR candidates of ``gradient``, differentiable in it.
+
+    Each candidate is a normal draw projected onto the orthogonal complement of each layer
+    and rescaled to the layer's norm (:func:`gradcore.defenses.censor_candidate`); the
+    loss-based selection is not differentiable and is left out, as the paper's EOT
+    attacker leaves it out.
+    """
+    total = None
+    for _ in range(samples):
+        draws = [torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device) for g in gradient]
+        candidate = censor_candidate(tuple(gradient), draws, projection)
+        total = list(candidate) if total is None else [t + c for t, c in zip(total, candidate)]
+    return [t / samples for t in total]
+
+
+def censor_eot(observation: Observation, iterations: int = 300, lr: float = 0.1, tv_weight: float = 1e-4, samples: int = 4,
+               projection: str = "exact", init: str = "rand", record_every: int = 10) -> AttackResult:
+    """Cosine + TV matching of the shared gradient against CENSOR's expected transformation.
+
+    Each step draws ``samples`` fresh CENSOR transformations of the dummy's gradient,
+    averages them (expectation over transformation, Athalye et al., 2018) and takes a
+    signed Adam step on the cosine distance to the shared gradient plus ``tv_weight``
+    times the total variation, with the step decay of Inverting Gradients.
+    """
+    from .attacks import INITIALISERS
+
+    labels = observation.labels
+    if labels is None:
+        labels = infer_labels(observation.model, observation.gradient, observation.batch_size)
+    dtype, device = observation.gradient[0].dtype, observation.gradient[0].device
+    generator = torch.Generator().manual_seed(observation.seed)
+    images = INITIALISERS[init]((observation.batch_size, *observation.shape), generator).to(device, dtype).clamp(0, 1)
+    images.requires_grad_(True)
+    optimizer = torch.optim.Adam([images], lr=lr)
+    scheduler = _scheduler(optimizer, True, iterations)
+    network = grads.stateless(observation.model) if hasattr(grads, "stateless") else observation.model
+    history = _empty_history(observation)
+    record = _recorder(observation, history)
+    for iteration in tqdm(range(iterations + 1), desc="censor eot", disable=not observation.progress, file=sys.stderr,
+                          mininterval=2.0, ncols=80):
+        candidate = grads.batch_gradient(network, images, labels, observation.loss, create_graph=True)
+        expected = imitate_censor(candidate, generator, samples, projection)
+        objective = cosine_distance(expected, observation.gradient) + tv_weight * total_variation(images)
+        if iteration % record_every == 0 or iteration == iterations:
+            record(iteration, objective.item(), images.detach())
+        if iteration == iterations:
+            break
+        (direction,) = torch.autograd.grad(objective, images)
+        images.grad = direction.sign()
+        optimizer.step()
+        scheduler.step()
+        with torch.no_grad():
+            images.clamp_(0, 1)
+    return AttackResult(images.detach().clone(), labels, history)
+
+
+for _name, _function in (("walk_back", walk_back_attack), ("censor_eot", censor_eot)):
+    if _name not in ATTACKS:  # another module may offer the same attack under this name
+        ATTACKS.add(_name, _function)
+
+
+# ----------------------------------------------------------------------------------
+# The matrix
+# ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Evaluation:
+    """Scores of every (scenario, attack, defense), averaged over each scenario's cases.
+
+    Attributes
+    ----------
+    scores : dict
+        ``{(scenario, attack, defense): {metric: mean over images}}``; an attack that
+        does not apply to a scenario has no entry.
+    reconstructions : dict
+        ``{(scenario, attack, defense): [reconstruction aligned to the truth, per case]}``.
+    truths : dict
+        ``{scenario: [private batch, per case]}``.
+    seconds : dict
+        Attack wall time per (scenario, attack, defense); print only sanitised.
+    skipped : dict
+        ``{(scenario, attack): reason}`` for attacks that do not apply.
+    unmeasured : dict
+        ``{metric: reason}`` for metrics that could not be measured here.
+    failed : dict
+        ``{(scenario, attack, defense): first error}`` where the attack refused some case
+        (e.g. the defended gradient no longer fits its assumptions); those cases are
+        scored as the gray guess, what an attacker who learned nothing would submit.
+    failures : dict
+        How many cases failed per key of ``failed``.
+    reference : dict
+        ``{scenario: {metric: score}}`` of an attacker who learned nothing and guesses
+        uniform gray: the level at which a defense has won.
+    """
+
+    scenarios: list
+    attacks: list
+    defenses: list
+    metrics: list
+    scores: dict = field(default_factory=dict)
+    reconstructions: dict = field(default_factory=dict)
+    truths: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=dict)
+    skipped: dict = field(default_factory=dict)
+    unmeasured: dict = field(default_factory=dict)
+    reference: dict = field(default_factory=dict)
+    failed: dict = field(default_factory=dict)
+    failures: dict = field(default_factory=dict)
+
+    def value(self, scenario: str, attack: str, defense: str, metric: str) -> float:
+        """One mean score; NaN when the attack did not apply or the metric was not measured."""
+        return self.scores.get((scenario, attack, defense), {}).get(metric, math.nan)
+
+    def grid(self, metric: str, scenario: str | None = None, include_skipped: bool = False) -> tuple[np.ndarray, list[str], list[str]]:
+        """``(values, row labels, column labels)``: one row per (scenario, attack), one column per defense.
+
+        ``include_skipped`` keeps the rows of attacks that do not apply (all NaN), so a
+        table shows them as "n/a" instead of leaving them out.
+        """
+        rows = [(s, a) for s in ([scenario] if scenario else self.scenarios) for a in self.attacks
+                if any((s, a, d) in self.scores for d in self.defenses) or (include_skipped and (s, a) in self.skipped)]
+        values = np.array([[self.value(s, a, d, metric) for d in self.defenses] for s, a in rows], dtype=float)
+        values = values.reshape(len(rows), len(self.defenses))
+        labels = [f"{a} | {s}" if scenario is None else a for s, a in rows]
+        return values, labels, list(self.defenses)
+
+    def over_gray(self, metric: str = "psnr", include_skipped: bool = False) -> tuple[np.ndarray, list[str], list[str]]:
+        """:meth:`grid` minus each row's gray-guess score: above 0 (PSNR, SSIM) the attacker learned something.
+
+        The gray guess is what an attacker with no information submits, so this puts
+        scenarios of different images on one scale; for MSE the sign flips (below 0 leaks).
+        """
+        values, labels, columns = self.grid(metric, include_skipped=include_skipped)
+        rows = [(s, a) for s in self.scenarios for a in self.attacks
+                if any((s, a, d) in self.scores for d in self.defenses) or (include_skipped and (s, a) in self.skipped)]
+        reference = np.array([self.reference.get(s, {}).get(metric, math.nan) for s, _ in rows], dtype=float)
+        return values - reference[:, None], labels, columns
+
+    def table(self, metric: str, title: str = "", include_skipped: bool = False) -> Table:
+        """Mean ``metric`` per (scenario, attack) row and defense column; "n/a" where an attack did not run."""
+        values, labels, columns = self.grid(metric, include_skipped=include_skipped)
+        direction = "higher" if quality.HIGHER_IS_BETTER.get(metric, False) else "lower"
+        rows = [[label] + [_cell(v) for v in row] for label, row in zip(labels, values)]
+        return Table(title or f"{metric.upper()} per attack and defense ({direction} favours the attacker)",
+                     ["attack | scenario"] + columns, rows)
+
+    def to_gray(self, scenario: str, attack: str, defense: str) -> float:
+        """MSE of the reconstruction over the gray guess's MSE: 1 or more, the attacker learned nothing."""
+        return self.value(scenario, attack, defense, "mse") / self.reference.get(scenario, {}).get("mse", math.nan)
+
+    def stopped(self, defense: str, level: float = 1.0, attacks: Sequence[str] | None = None) -> tuple[int, int]:
+        """``(stopped, attacked)``: of the (scenario, attack) pairs run against ``defense``, how many
+        end with an MSE of at least ``level`` times the gray guess's (``attacks`` limits the attacks)."""
+        keys = [(s, a) for s in self.scenarios for a in (attacks or self.attacks) if (s, a, defense) in self.scores]
+        return sum(self.to_gray(s, a, defense) >= level for s, a in keys), len(keys)
+
+    def best_defense(self, metric: str, scenario: str, attack: str) -> str:
+        """The defense that leaves the attacker worst off on ``metric``."""
+        values = {d: self.value(scenario, attack, d, metric) for d in self.defenses}
+        values = {d: v for d, v in values.items() if not math.isnan(v)}
+        sign = -1 if quality.HIGHER_IS_BETTER.get(metric, False) else 1
+        return max(values, key=lambda d: sign * values[d])
+
+
+def _cell(value: float) -> str:
+    if math.isnan(value):
+        return "n/a"
+    return f"{value:.4f}" if abs(value) < 10 else f"{value:.2f}"
+
+
+def _measured(names: Sequence[str], truth: torch.Tensor) -> tuple[list[str], dict]:
+    kept, reasons = [], {}
+    for name in names:
+        if name == "lpips" and not quality.lpips_available():
+            reasons[name] = "LPIPS backbone weights are not available offline"
+        elif name == "lpips" and min(truth.shape[-2:]) < 32:
+            reasons[name] = "LPIPS needs images of at least 32x32"
+        elif name == "ssim" and min(truth.shape[-2:]) < 7:
+            reasons[name] = "SSIM needs images of at least 7x7"
+        else:
+            kept.append(name)
+    return kept, reasons
+
+
+def matrix(attacks: Mapping[str, Mapping], defenses: Mapping[str, Mapping], scenarios: Mapping[str, Sequence],
+           metrics: Sequence[str] = ("mse", "lpips", "psnr", "ssim"), seed: int = 0, progress: bool = True) -> Evaluation:
+    """Run every attack against every defense on every scenario and score the reconstructions.
+
+    Parameters
+    ----------
+    attacks : mapping
+        ``{label: {"attack": registry name, "scenarios": [labels], "defenses": [labels],
+        "labels": "known" or "hidden", **config}}``; the three keys are optional. Without
+        ``"scenarios"`` an attack runs wherever it applies (one that raises ``ValueError``
+        is recorded in ``skipped`` as not applicable); ``"defenses"`` limits it to some
+        defenses (an adaptive attack against its target); ``"labels": "hidden"`` withholds
+        the labels, which DLG then learns and iDLG reads off the gradient.
+    defenses : mapping
+        ``{label: {"defense": registry name or None, **options}}``.
+    scenarios : mapping
+        ``{label: [Scenario, ...]}``: the cases (private batches) of one setting.
+    metrics : sequence of str
+        Names in :data:`gradcore.metrics.METRICS`. Metrics that cannot be measured here
+        (LPIPS without its weights) are listed in ``Evaluation.unmeasured``, never faked.
+        Reconstructions are clipped to [0, 1], the pixel range the attacker knows.
+    seed : int
+        Seeds each defense's randomness (per case) and each attack's initialisation.
+    """
+    result = Evaluation(list(scenarios), list(attacks), list(defenses), list(metrics))
+    jobs = [(s, a, d) for s in scenarios for a in attacks for d in defenses
+            if ("scenarios" not in attacks[a] or s in attacks[a]["scenarios"])
+            and ("defenses" not in attacks[a] or d in attacks[a]["defenses"])]
+    bar = tqdm(total=len(jobs), desc="attack x defense", disable=not progress, file=sys.stderr, mininterval=2.0, ncols=80)
+    for scenario_label, cases in scenarios.items():
+        cases = list(cases)
+        shared_gradients: dict = {}
+        result.truths[scenario_label] = [case.inputs for case in cases]
+        measured, result.unmeasured = _measured(metrics, cases[0].inputs)
+        gray = [torch.full_like(case.inputs, 0.5) for case in cases]
+        result.reference[scenario_label] = {m: float(torch.cat([quality.measure(m, g, case.inputs) for g, case in zip(gray, cases)]).mean())
+                                            for m in measured}
+        for attack_label, spec in attacks.items():
+            if "scenarios" in spec and scenario_label not in spec["scenarios"]:
+                continue
+            config = {k: v for k, v in spec.items() if k not in ("attack", "scenarios", "defenses", "labels")}
+            hidden = spec.get("labels", "known") == "hidden"
+            for defense_label, defense_spec in defenses.items():
+                if "defenses" in spec and defense_label not in spec["defenses"]:
+                    continue
+                bar.update(1)
+                options = {k: v for k, v in defense_spec.items() if k != "defense"}
+                per_image, kept, seconds, errors = {m: [] for m in measured}, [], 0.0, []
+                for index, case in enumerate(cases):
+                    if (defense_label, index) not in shared_gradients:  # one defended gradient per case, shared by all attacks
+                        shared_gradients[(defense_label, index)] = case.gradient(defense_spec.get("defense"), seed=seed + index, **options)
+                    shared = shared_gradients[(defense_label, index)]
+                    try:
+                        outcome = attack(spec["attack"], case.model, shared, shape=case.shape, batch_size=case.batch_size,
+                                         labels=None if hidden else case.labels, loss=case.loss, seed=seed + index,
+                                         progress=False, **config)
+                        reconstruction = outcome.aligned(case.inputs).clamp(0, 1)
+                        seconds += outcome.seconds
+                    except ValueError as error:  # refused: not applicable here, or defeated by this defense
+                        errors.append(str(error))
+                        reconstruction = torch.full_like(case.inputs, 0.5)
+                    kept.append(reconstruction)
+                    for m in measured:
+                        per_image[m].extend(quality.measure(m, reconstruction, case.inputs).tolist())
+                key = (scenario_label, attack_label, defense_label)
+                if errors:
+                    result.failed[key] = errors[0]
+                    result.failures[key] = len(errors)
+                result.scores[key] = {m: float(np.mean(v)) for m, v in per_image.items()}
+                result.reconstructions[key] = kept
+                result.seconds[key] = seconds
+            # An attack that refused every case under every defense does not apply to this scenario at all.
+            keys = [(scenario_label, attack_label, d) for d in defenses if (scenario_label, attack_label, d) in result.scores]
+            if keys and all(result.failures.get(k, 0) == len(cases) for k in keys):
+                result.skipped[(scenario_label, attack_label)] = result.failed[keys[0]]
+                for k in keys:
+                    for store in (result.scores, result.reconstructions, result.seconds, result.failed, result.failures):
+                        store.pop(k, None)
+    bar.close()
+    return result
+
+
+# ----------------------------------------------------------------------------------
+# What a defense does to the gradient, and where a decoy leads the attacker
+# ----------------------------------------------------------------------------------
+
+
+def gradient_effects(case, defenses: Mapping[str, Mapping], seed: int = 0) -> Table:
+    """Per defense: cosine of the shared gradient to the true one, its norm ratio, and its worst layer cosine.
+
+    The cosine is what the cosine + TV attack matches; a per-layer cosine near 0 means
+    every layer's direction is gone, not just the whole vector's.
+    """
+    true = case.gradient()
+    true_flat = grads.flatten(true)
+    rows = []
+    for label, spec in defenses.items():
+        shared = case.gradient(spec.get("defense"), seed=seed, **{k: v for k, v in spec.items() if k != "defense"})
+        flat = grads.flatten(shared)
+        cosine = float(flat @ true_flat / (flat.norm() * true_flat.norm()))
+        layers = [abs(c) for c in layer_cosines(shared, true)]
+        rows.append([label, f"{cosine:.4f}", f"{max(layers):.1e}" if max(layers) < 1e-3 else f"{max(layers):.4f}",
+                     f"{float(flat.norm() / true_flat.norm()):.4f}"])
+    return Table(f"What each defense shares ({case.name}, batch of {case.batch_size})",
+                 ["defense", "cosine to true gradient", "largest |cosine| of a layer", "norm / true norm"], rows)
+
+
+def misdirection(case, decoy_inputs: torch.Tensor, decoy_labels: torch.Tensor, attack_name: str, seed: int = 0,
+                 censor_lr: float = 0.1, **config) -> dict:
+    """CENSOR with a public image's gradient as the perturbation (Sec. V-E, Fig. 10), then attacked.
+
+    The client projects the decoy's gradient onto the orthogonal complement of its own
+    and rescales it per layer; the attacker inverts what is shared. Returns the
+    reconstruction, its MSE to the private batch and to the decoy, and the MSE of a gray
+    guess to the decoy. The attacker is not told the labels: it infers them from the
+    shared gradient. ``censor_lr`` is CENSOR's scoring step; ``config`` goes to the attack.
+    """
+    decoy_gradient = tuple(g.detach() for g in grads.batch_gradient(case.model, decoy_inputs, decoy_labels, case.loss))
+    shared = case.gradient("censor", seed=seed, perturbations=[decoy_gradient], lr=censor_lr)
+    # The attacker reads the labels off the shared gradient (as GGL does), so it meets the decoy's label.
+    outcome = attack(attack_name, case.model, shared, shape=case.shape, batch_size=case.batch_size, labels=None,
+                     loss=case.loss, seed=seed, progress=False, **config)
+    reconstruction = outcome.reconstruction.clamp(0, 1)
+    return {"reconstruction": reconstruction,
+            "mse_private": float(quality.mse(outcome.aligned(case.inputs).clamp(0, 1), case.inputs).mean()),
+            "mse_decoy": float(quality.mse(reconstruction[quality.align(reconstruction, decoy_inputs)], decoy_inputs).mean()),
+            "mse_gray_decoy": float(quality.mse(torch.full_like(decoy_inputs, 0.5), decoy_inputs).mean()),
+            "labels": outcome.labels}
+
+
+def layer_cosines(shared: Sequence[torch.Tensor], true: Sequence[torch.Tensor]) -> list[float]:
+    """Cosine between each layer of a shared gradient and the true one (layers where both are non-zero)."""
+    return [float((s * t).sum() / (s.norm() * t.norm())) for s, t in zip(shared, true) if s.norm() > 0 and t.norm() > 0]
+
+
+def norm_ratios(shared: Sequence[torch.Tensor], true: Sequence[torch.Tensor]) -> list[float]:
+    """``||shared_l|| / ||true_l||`` per layer (layers with a non-zero true gradient)."""
+    return [float(s.norm() / t.norm()) for s, t in zip(shared, true) if t.norm() > 0]
+
+
+# ----------------------------------------------------------------------------------
+# Defenses that change the model instead of the gradient
+# ----------------------------------------------------------------------------------
+
+
+def with_architecture(evaluation: Evaluation, attacks: Mapping[str, Mapping], label: str, scenarios: Mapping[str, Sequence],
+                      seed: int = 0, progress: bool = True) -> Evaluation:
+    """Add a column ``label`` for a defense that changes the architecture, e.g. exclusivity reduction.
+
+    Exclusivity reduction (Pan et al., USENIX Security 2022, Sec. 6) removes the ReLU after
+    the first hidden layer, so the client shares the plain gradient of another model.
+    ``scenarios`` maps a scenario of ``evaluation`` to its cases on the changed model (the
+    same private batches). Every attack that ran undefended on that scenario attacks the
+    changed model; one that refuses every case was defeated by the change and scores the
+    gray guess (in ``failed``), not "not applicable". Scenarios left out get "n/a".
+    ``evaluation`` is extended in place and returned.
+    """
+    for scenario_label, cases in scenarios.items():
+        ran = {a: {k: v for k, v in spec.items() if k not in ("scenarios", "defenses")} for a, spec in attacks.items()
+               if (scenario_label, a, "none") in evaluation.scores and "defenses" not in spec}
+        changed = matrix(ran, {label: {"defense": None}}, {scenario_label: cases}, evaluation.metrics, seed, progress)
+        for attack_label in ran:
+            key = (scenario_label, attack_label, label)
+            if (scenario_label, attack_label) in changed.skipped:  # refused every case: the change blocked it
+                changed.scores[key] = dict(changed.reference[scenario_label])
+                changed.reconstructions[key] = [torch.full_like(case.inputs, 0.5) for case in cases]
+                changed.failed[key], changed.failures[key] = changed.skipped[(scenario_label, attack_label)], len(cases)
+            for store in ("scores", "reconstructions", "seconds", "failed", "failures"):
+                if key in getattr(changed, store):
+                    getattr(evaluation, store)[key] = getattr(changed, store)[key]
+    if label not in evaluation.defenses:
+        evaluation.defenses.append(label)
+    return evaluation
+
+
+def architecture_utility(dataset, build, rounds: int, seed: int = 0, test_fraction: float = 0.25, progress: bool = True,
+                         **options):
+    """Undefended FedSGD of the network ``build()`` returns: the utility of an architectural defense.
+
+    The same split, client sampling and server steps as :func:`gradcore.federated.compare`
+    (``options`` go to :func:`gradcore.federated.train`), so its log compares directly.
+    """
+    from . import federated
+
+    train_set, test_set = federated.split_dataset(dataset, test_fraction, seed)
+    return federated.train(build(), train_set, test_set, rounds, seed=seed, progress=progress, **options)

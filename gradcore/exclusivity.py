@@ -1,0 +1,858 @@
+"""Neuron exclusivity: when an averaged gradient gives every sample of a batch away, and when it cannot.
+
+Pan, Zhang, Yang, Yang, Wu, Lin and Wang (2022), "Exploring the Security Boundary of Data
+Reconstruction via Neuron Exclusivity Analysis", USENIX Security 2022.
+
+A ReLU network ``f(x) = W_H D_H (... W_1 D_1 (W_0 x + b_0) ...) + b_H`` forwards each sample
+along its own *activation pattern* ``(D_1, ..., D_H)``: the diagonal 0/1 matrices of the
+units it switches on at each ReLU layer. A unit that exactly one sample of the batch
+switches on is an *exclusively activated neuron* (ExAN) of that sample; ``N_i^m`` counts
+the ExANs of sample ``m`` at ReLU layer ``i`` (Sec. 4). The paper's two boundary
+conditions:
+
+* **insecure** (sufficient exclusivity): ``N_H^m >= 2`` and ``N_i^m >= 1`` for
+  ``i = 1 .. H-1``, for every sample. Then a deterministic algorithm recovers the whole
+  batch from its average gradient (Sec. 5), which :func:`reconstruct` implements;
+* **secure** (lack of exclusivity): ``N_1^m = 0`` for every sample and ``M > d_1``. Then
+  infinitely many *artifact batches* share the gradient (Theorem 2, Corollary 1), which
+  :func:`artifact_batch` constructs.
+
+A batch meeting neither condition is "neither": the paper proves nothing about it.
+
+The attack, with the choices made where the source (the paper's body without its
+appendices) leaves details open:
+
+1. *Loss vectors.* Column ``j`` of the last layer's weight gradient is
+   ``(1/M) sum_m a_H^m[j] g^m`` with ``g^m = p^m - onehot(y_m)``; for an ExAN of sample ``m``
+   it is a positive multiple of ``g^m`` alone. The paper detects the repeated values of
+   the ratio vectors ``[G_H]_c / [G_H]_1``; gradcore groups the *normalised columns*
+   instead (equal up to ``tolerance``), which is the same test without dividing by
+   entries that may be zero. Groups of two or more columns are the samples: that is
+   why the last layer needs two ExANs, a single one is indistinguishable from a shared
+   unit. The label is the one negative entry of ``g^m``.
+2. *Activation patterns.* A row ``j`` of ``dL/dW_{i-1}`` whose unit is an ExAN of sample
+   ``m`` holds ``(1/M) delta^m[j] a_{i-1}^m`` and the bias gradient ``(1/M) delta^m[j]``:
+   only sample ``m`` reaches it. The ratio is that sample's input to the layer, hence its
+   pattern one layer down and, with every sample's pattern, the ExANs there.
+3. *Inputs.* At the first layer the same rows give the linear system
+   ``G_0[j] = gb_0[j] x_m`` for every ExAN ``j`` of ``m``, solved in least squares.
+
+Choices and limits, stated rather than hidden:
+
+* every hidden layer must have a bias. The paper omits biases and says they reduce to a
+  "constant calibration" (its App. D, not in the source); with them the solve is a
+  division and no per-sample scale of ``g^m`` is needed. A bias-free hidden layer is
+  refused with a ``ValueError``;
+* the batch size ``M`` is taken as given: it is part of the server's
+  :class:`~gradcore.attacks.Observation`. Partial reproductions report estimating it from
+  the gradient as unreliable; here the number of column groups found is checked against
+  it, and a mismatch is reported, not guessed around;
+* a batch that is not insecure raises :class:`NotInsecureError` naming the layer, the
+  samples and their counts; nothing divides by zero (a group of exclusive rows whose bias
+  gradients all vanish is reported as such).
+
+Conventions follow :mod:`gradcore.walkback`: float64 :class:`~gradcore.walkback.DenseNetwork`,
+layers ``0 .. L-1``, ``L = H + 1``; "ReLU layer ``i``" (``i = 1 .. H``, the paper's index)
+is the output of linear layer ``i - 1``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment, linprog
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+from torch import nn
+
+from . import data as datasets
+from . import models, training, walkback
+from .attacks import ATTACKS, AttackResult, Observation, _empty_history, _recorder
+from .walkback import DenseNetwork
+
+STATES = ("insecure", "secure", "neither")
+
+
+class NotInsecureError(ValueError):
+    """The batch behind a gradient does not meet the insecure boundary condition; the message says where."""
+
+
+# ----------------------------------------------------------------------------------
+# Forward and backward, with or without the first ReLU (exclusivity reduction, Sec. 6)
+# ----------------------------------------------------------------------------------
+
+
+def _relu_after(network: DenseNetwork, layer: int, first_relu: bool) -> bool:
+    return layer < network.depth - 1 and (layer > 0 or first_relu)
+
+
+def _forward(network: DenseNetwork, inputs: np.ndarray, first_relu: bool = True) -> tuple[list, list]:
+    """Inputs and pre-activations of every layer for a batch ``(B, d0)``."""
+    if first_relu:
+        passed = walkback.forward(network, np.atleast_2d(inputs))
+        return passed.inputs, passed.pre_activations
+    current = np.atleast_2d(np.asarray(inputs, dtype=np.float64))
+    layer_inputs, pre_activations = [], []
+    for layer, (weight, bias) in enumerate(zip(network.weights, network.biases)):
+        layer_inputs.append(current)
+        pre = current @ weight.T + (0.0 if bias is None else bias)
+        pre_activations.append(pre)
+        current = np.maximum(pre, 0.0) if _relu_after(network, layer, first_relu) else pre
+    return layer_inputs, pre_activations
+
+
+def per_sample_sensitivities(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray,
+                             first_relu: bool = True) -> tuple[list, list]:
+    """Each sample's ``dl_m/dz_l`` at every layer, ``(B, out_l)``, under cross-entropy; also the layer inputs.
+
+    ``first_relu=False`` is the network after exclusivity reduction: the first hidden
+    layer feeds the second linearly.
+    """
+    labels = np.atleast_1d(np.asarray(labels))
+    layer_inputs, pre_activations = _forward(network, inputs, first_relu)
+    residual = walkback.softmax(pre_activations[-1])
+    residual[np.arange(len(labels)), labels] -= 1.0
+    sensitivities = [None] * network.depth
+    sensitivities[-1] = residual
+    for layer in range(network.depth - 1, 0, -1):
+        below = sensitivities[layer] @ network.weights[layer]
+        if _relu_after(network, layer - 1, first_relu):
+            below = below * (pre_activations[layer - 1] > 0)
+        sensitivities[layer - 1] = below
+    return layer_inputs, sensitivities
+
+
+def batch_gradients(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray, first_relu: bool = True) -> list:
+    """The average gradient ``(dL/dW_l, dL/db_l)`` per layer, with or without the first ReLU."""
+    if first_relu:
+        return walkback.gradients(network, np.atleast_2d(inputs), np.atleast_1d(labels))
+    layer_inputs, sensitivities = per_sample_sensitivities(network, inputs, labels, first_relu)
+    batch = len(layer_inputs[0])
+    return [(sensitivity.T @ layer_input / batch, None if bias is None else sensitivity.mean(axis=0))
+            for sensitivity, layer_input, bias in zip(sensitivities, layer_inputs, network.biases)]
+
+
+# ----------------------------------------------------------------------------------
+# The analysis (Sec. 4)
+# ----------------------------------------------------------------------------------
+
+
+def activation_patterns(network: DenseNetwork, inputs: np.ndarray, first_relu: bool = True) -> list[np.ndarray]:
+    """``D_i`` of every sample at ReLU layers ``i = 1 .. H``, as ``(B, d_i)`` booleans (unit on where ``z > 0``).
+
+    Without the first ReLU every unit of the first hidden layer passes every sample,
+    so that layer's pattern is all ones.
+    """
+    if network.depth < 2:
+        raise ValueError("neuron exclusivity needs at least one hidden ReLU layer; the network is a single linear layer")
+    _, pre_activations = _forward(network, inputs, first_relu)
+    patterns = [pre > 0 for pre in pre_activations[:-1]]
+    if not first_relu:
+        patterns[0] = np.ones_like(patterns[0])
+    return patterns
+
+
+def exclusive_neurons(pattern: np.ndarray) -> np.ndarray:
+    """``(B, d)`` booleans: unit ``j`` is on for sample ``m`` and for no other sample of the batch."""
+    pattern = np.asarray(pattern, dtype=bool)
+    return pattern & (pattern.sum(axis=0, keepdims=True) == 1)
+
+
+def exclusive_counts(patterns: Sequence[np.ndarray]) -> np.ndarray:
+    """``N_i^m``: ExANs of each sample at each ReLU layer, shaped ``(H, B)``."""
+    return np.stack([exclusive_neurons(pattern).sum(axis=1) for pattern in patterns])
+
+
+def classify(counts: np.ndarray, first_width: int) -> tuple[str, str]:
+    """The exclusivity state of a batch from its ``N_i^m`` table, and why.
+
+    Returns
+    -------
+    state : {"insecure", "secure", "neither"}
+        ``insecure``: ``N_H^m >= 2`` and ``N_i^m >= 1`` below, for every ``m``;
+        ``secure``: ``N_1^m = 0`` for every ``m`` and ``M > d_1``; else ``neither``.
+    reason : str
+        For ``insecure`` and ``secure``, the condition met; for ``neither``, which part of
+        each condition fails (the first layer and sample short of ExANs).
+    """
+    counts = np.asarray(counts)
+    depth, batch = counts.shape
+    short = []
+    for layer in range(depth, 0, -1):
+        need = 2 if layer == depth else 1
+        lacking = np.flatnonzero(counts[layer - 1] < need)
+        if len(lacking):
+            short.append(f"ReLU layer {layer} of {depth}: {len(lacking)} of {batch} samples have fewer than {need} "
+                         f"exclusive neurons (sample {lacking[0]} has {counts[layer - 1, lacking[0]]})")
+    if not short:
+        return "insecure", f"sufficient exclusivity: every sample has >= 2 ExANs at ReLU layer {depth} and >= 1 below"
+    with_first = int((counts[0] > 0).sum())
+    if with_first == 0 and batch > first_width:
+        return "secure", f"lack of exclusivity: no ExAN at the first ReLU layer and batch size {batch} > width {first_width}"
+    secure_fails = []
+    if with_first:
+        secure_fails.append(f"{with_first} samples have ExANs at the first layer")
+    if batch <= first_width:
+        secure_fails.append(f"batch size {batch} <= first width {first_width}")
+    return "neither", f"not insecure ({short[0]}); not secure ({', '.join(secure_fails)})"
+
+
+@dataclass
+class ExclusivityReport:
+    """The exclusivity state of one batch on one network.
+
+    Attributes
+    ----------
+    counts : numpy.ndarray
+        ``(H, B)`` ExANs per ReLU layer (row ``i - 1`` is the paper's layer ``i``) and sample.
+    first_width : int
+        ``d_1``, the width of the first hidden layer.
+    state : str
+        ``insecure``, ``secure`` or ``neither`` (:func:`classify`).
+    reason : str
+        Why.
+    """
+
+    counts: np.ndarray
+    first_width: int
+    state: str
+    reason: str
+
+    @property
+    def batch_size(self) -> int:
+        return self.counts.shape[1]
+
+    @property
+    def insecure(self) -> bool:
+        return self.state == "insecure"
+
+    @property
+    def secure(self) -> bool:
+        return self.state == "secure"
+
+
+def analyse(network: DenseNetwork, inputs: np.ndarray, first_relu: bool = True) -> ExclusivityReport:
+    """Classify a batch ``(B, d0)`` on ``network`` without raising (the server cannot run this: it needs the batch)."""
+    counts = exclusive_counts(activation_patterns(network, inputs, first_relu))
+    state, reason = classify(counts, network.widths[1])
+    return ExclusivityReport(counts, network.widths[1], state, reason)
+
+
+# ----------------------------------------------------------------------------------
+# The deterministic attack (Sec. 5)
+# ----------------------------------------------------------------------------------
+
+
+@dataclass
+class ExclusivityRecovery:
+    """What :func:`reconstruct` recovers from an insecure batch's average gradient.
+
+    Attributes
+    ----------
+    inputs : numpy.ndarray
+        ``(B, d0)`` recovered inputs, in the order of the loss-vector groups.
+    labels : numpy.ndarray
+        ``(B,)`` recovered labels.
+    loss_directions : numpy.ndarray
+        ``(B, K)`` unit vectors along each sample's loss vector ``p - onehot(y)``.
+    exclusive : list of list of numpy.ndarray
+        ``exclusive[i - 1][m]``: the ExANs of sample ``m`` at ReLU layer ``i`` that were used.
+    activations : list of numpy.ndarray
+        Recovered input of every layer ``(B, d_l)`` (``activations[0]`` is ``inputs``).
+    gradient_residual : float
+        ``max |G(recovered) - G| / max |G|`` over all entries: the self-check.
+    """
+
+    inputs: np.ndarray
+    labels: np.ndarray
+    loss_directions: np.ndarray
+    exclusive: list
+    activations: list
+    gradient_residual: float
+
+
+def loss_groups(last_weight_gradient: np.ndarray, tolerance: float = 1e-12) -> list[np.ndarray]:
+    """Columns of ``dL/dW_H`` that point the same way, in groups of two or more (step 1).
+
+    Parameters
+    ----------
+    last_weight_gradient : numpy.ndarray
+        ``(K, d_H)``, the output layer's weight gradient.
+    tolerance : float
+        Largest distance between unit columns counted as equal; round-off is ~1e-16 in
+        float64, distinct samples' loss vectors sit orders of magnitude further apart.
+        The limit: a sample fit so well that its loss vector is ~1/tolerance times smaller
+        than another's hides in the shared columns (they all point nearly along the other
+        sample's vector), and two shared columns may then group spuriously.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        Column indices of each group, ordered by their first column.
+    """
+    columns = np.asarray(last_weight_gradient, dtype=np.float64)
+    norms = np.linalg.norm(columns, axis=0)
+    live = np.flatnonzero(norms > 0)  # a unit no sample switches on has a zero column; it is skipped, never divided by
+    units = columns[:, live] / norms[live]
+    # Cosines shortlist the pairs (a distance <= tolerance means a cosine >= 1 - tolerance^2 / 2), exact distances decide.
+    cosines = units.T @ units
+    first, second = np.nonzero(np.triu(cosines >= 1.0 - max(1e-10, tolerance**2), k=1))
+    equal = np.linalg.norm(units[:, first] - units[:, second], axis=0) <= tolerance
+    graph = coo_matrix((np.ones(int(equal.sum())), (first[equal], second[equal])), shape=(len(live), len(live)))
+    _, component = connected_components(graph, directed=False)
+    groups = [live[component == label] for label in np.unique(component)]
+    return sorted((group for group in groups if len(group) >= 2), key=lambda group: group[0])
+
+
+def _solve_rows(weight_gradient: np.ndarray, bias_gradient: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
+    """Least-squares ``a`` of ``G[j] = gb[j] a`` over the exclusive rows ``j``; ``None`` if every ``gb[j]`` is zero."""
+    coefficients = bias_gradient[rows]
+    energy = float(coefficients @ coefficients)
+    if energy == 0.0:
+        return None
+    return coefficients @ weight_gradient[rows] / energy
+
+
+def _require_biases(network: DenseNetwork) -> None:
+    if network.depth < 2:
+        raise ValueError("the exclusivity attack needs at least one hidden ReLU layer; the network is a single linear layer")
+    unbiased = [layer for layer in range(network.depth - 1) if network.biases[layer] is None]
+    if unbiased:
+        raise ValueError(f"hidden layer(s) {unbiased} have no bias: gradcore's exclusivity attack divides by the bias "
+                         "gradient of every hidden layer (the paper's bias-free calibration is not implemented)")
+
+
+def reconstruct(network: DenseNetwork, layer_gradients: Sequence, batch_size: int, tolerance: float = 1e-12) -> ExclusivityRecovery:
+    """Recover a whole batch and its labels from its average gradient (Pan et al., 2022, Sec. 5).
+
+    Parameters
+    ----------
+    network : DenseNetwork
+        The shared model, a bias on every hidden layer.
+    layer_gradients : sequence of (numpy.ndarray, numpy.ndarray or None)
+        The batch-mean cross-entropy gradient, as :func:`gradcore.walkback.gradients` returns it.
+    batch_size : int
+        ``M``, known to the server.
+    tolerance : float
+        Of the column grouping (:func:`loss_groups`).
+
+    Returns
+    -------
+    ExclusivityRecovery
+
+    Raises
+    ------
+    NotInsecureError
+        The gradient shows fewer than ``M`` samples with two ExANs at the last ReLU layer,
+        or a sample without an ExAN at a lower layer, or exclusive rows that carry no
+        gradient; the message names the layer, the samples and the counts.
+    ValueError
+        A network outside the family (no hidden layer, a bias-free hidden layer), a
+        gradient that does not fit it, a batch size below 1, or more groups than ``M``.
+    """
+    _require_biases(network)
+    gradients = walkback._check_gradients(network, layer_gradients)
+    if batch_size < 1:
+        raise ValueError(f"batch size must be at least 1, got {batch_size}")
+    depth, hidden = network.depth, network.depth - 1
+    groups = loss_groups(gradients[-1][0], tolerance)
+    if len(groups) > batch_size:
+        raise ValueError(f"{len(groups)} groups of parallel loss columns at the last ReLU layer, more than the batch size "
+                         f"{batch_size}: the batch size given is wrong, the loss is not cross-entropy, or a sample's loss "
+                         "vector is so small (a confidently fit sample) that shared columns group spuriously at this tolerance")
+    if len(groups) < batch_size:
+        raise NotInsecureError(f"not insecure: only {len(groups)} of {batch_size} samples show >= 2 exclusive neurons at the "
+                               f"last ReLU layer (layer {hidden}, width {network.widths[hidden]}); the others have at most one, "
+                               "which the gradient cannot tell from a shared unit")
+    columns = gradients[-1][0]
+    directions = np.stack([columns[:, group[0]] / np.linalg.norm(columns[:, group[0]]) for group in groups])
+    negative = (directions < 0).sum(axis=1)
+    if np.any(negative != 1):
+        raise ValueError("a loss direction does not have exactly one negative entry, as p - onehot(y) must under "
+                         "cross-entropy: the loss is not cross-entropy, the tolerance is too loose, or a sample is fit so "
+                         "well that p_y rounds to 1")
+    labels = directions.argmin(axis=1)
+    activations = [None] * depth
+    exclusive = [None] * hidden
+    exclusive[hidden - 1] = groups
+    for relu_layer in range(hidden, 0, -1):
+        weight_gradient, bias_gradient = gradients[relu_layer - 1]
+        recovered = []
+        for sample, rows in enumerate(exclusive[relu_layer - 1]):
+            solution = _solve_rows(weight_gradient, bias_gradient, rows)
+            if solution is None:
+                raise NotInsecureError(f"not solvable: the {len(rows)} exclusive neurons of sample {sample} at ReLU layer "
+                                       f"{relu_layer} carry zero bias gradient, so nothing can be divided out")
+            recovered.append(solution)
+        activations[relu_layer - 1] = np.stack(recovered)
+        if relu_layer == 1:
+            break
+        # The recovered inputs of linear layer relu_layer - 1 are the activations of ReLU layer relu_layer - 1.
+        counts = exclusive_neurons(activations[relu_layer - 1] > 0)
+        lacking = np.flatnonzero(counts.sum(axis=1) == 0)
+        if len(lacking):
+            raise NotInsecureError(f"not insecure: {len(lacking)} of {batch_size} samples (first: sample {lacking[0]}) have "
+                                   f"no exclusive neuron at ReLU layer {relu_layer - 1} (width {network.widths[relu_layer - 1]}), "
+                                   "so their inputs below cannot be separated from the others'")
+        exclusive[relu_layer - 2] = [np.flatnonzero(row) for row in counts]
+    layer_inputs, _ = _forward(network, activations[0])
+    for layer in range(1, depth):
+        activations[layer] = layer_inputs[layer]
+    # Self-check: the recovered batch, its labels and the model give back the gradient.
+    again = walkback.flatten_gradients(walkback.gradients(network, activations[0], labels))
+    given = walkback.flatten_gradients(gradients)
+    residual = float(np.abs(again - given).max() / max(np.abs(given).max(), np.finfo(float).tiny))
+    return ExclusivityRecovery(activations[0], labels, directions, exclusive, activations, residual)
+
+
+def relative_error(recovered: np.ndarray, truth: np.ndarray) -> float:
+    """``max_m ||x_hat_m - x_m|| / ||x_m||`` after matching the two batches' orders (Hungarian, on distances)."""
+    recovered, truth = np.atleast_2d(recovered), np.atleast_2d(truth)
+    cost = np.linalg.norm(recovered[:, None, :] - truth[None, :, :], axis=2)
+    rows, columns = linear_sum_assignment(cost)
+    scale = np.maximum(np.linalg.norm(truth[columns], axis=1), np.finfo(float).tiny)
+    return float((cost[rows, columns] / scale).max())
+
+
+@ATTACKS.register("exclusivity")
+def exclusivity_attack(observation: Observation, tolerance: float | None = None) -> AttackResult:
+    """The deterministic attack of Pan et al. (2022, Sec. 5) on a torch ReLU MLP, as a registered attack.
+
+    The model must be ``[Flatten] Linear (ReLU Linear)*`` with biased hidden layers, trained
+    with cross-entropy; the gradient is converted to float64 numpy and :func:`reconstruct`
+    runs on it. The batch size comes from the observation; given labels are ignored (the
+    attack reads them off the gradient).
+
+    Parameters
+    ----------
+    tolerance : float, optional
+        Column-grouping tolerance; by default ``1e-12`` for a float64 gradient, ``1e-5``
+        for lower precision (whose round-off bends parallel columns apart by ~1e-7).
+
+    Raises
+    ------
+    NotInsecureError
+        The batch is not insecure; also for a model after exclusivity reduction (a first
+        hidden layer without ReLU), whose first layer has no exclusive neuron for ``M >= 2``.
+    """
+    if observation.loss != "cross_entropy":
+        raise ValueError(f"the exclusivity attack reads cross-entropy loss vectors; got loss {observation.loss!r}")
+    _refuse_reduced(observation.model, observation.batch_size)
+    network = walkback.from_torch(observation.model)
+    pairs = walkback.gradient_pairs_from_torch(observation.model, observation.gradient)
+    if math.prod(observation.shape) != network.widths[0]:
+        raise ValueError(f"an input of shape {observation.shape} has {math.prod(observation.shape)} entries, but the first "
+                         f"Linear layer takes {network.widths[0]}")
+    if tolerance is None:
+        tolerance = 1e-12 if observation.gradient[0].dtype == torch.float64 else 1e-5
+    recovery = reconstruct(network, pairs, observation.batch_size, tolerance)
+    reference = observation.gradient[0]
+    reconstruction = torch.as_tensor(recovery.inputs, dtype=reference.dtype, device=reference.device)
+    reconstruction = reconstruction.reshape(observation.batch_size, *observation.shape)
+    history = _empty_history(observation)
+    _recorder(observation, history)(0, recovery.gradient_residual, reconstruction)
+    labels = torch.as_tensor(recovery.labels, dtype=torch.int64, device=reference.device)
+    return AttackResult(reconstruction, labels, history)
+
+
+def _refuse_reduced(model: nn.Module, batch_size: int) -> None:
+    """A clear refusal for the reduced architecture ``[Flatten] Linear Linear ...`` (Sec. 6)."""
+    modules = [module for module in model if not isinstance(module, nn.Flatten)] if isinstance(model, nn.Sequential) else []
+    if len(modules) >= 2 and isinstance(modules[0], nn.Linear) and isinstance(modules[1], nn.Linear):
+        if batch_size >= 2:
+            raise NotInsecureError(f"not insecure: the first hidden layer has no ReLU (exclusivity reduction), so all "
+                                   f"{batch_size} samples pass all its {modules[0].out_features} units and none is exclusive")
+        raise ValueError("the exclusivity attack needs a ReLU after every hidden Linear layer; for a single sample "
+                         "use the 'closed_form' attack")
+
+
+# ----------------------------------------------------------------------------------
+# Surveys: how often a batch is insecure, and whether the attack agrees
+# ----------------------------------------------------------------------------------
+
+
+@dataclass
+class SurveyPoint:
+    """Batches of one size on one network: how many were insecure / secure, how many the attack recovered."""
+
+    batch_size: int
+    trials: int
+    insecure: int
+    secure: int
+    recovered: int
+    disagreements: int  # the attack succeeded on a batch the analysis does not call insecure, or the reverse
+    worst_error: float  # largest relative input error over the recovered batches (0 if none)
+
+    @property
+    def insecure_rate(self) -> float:
+        return self.insecure / self.trials
+
+    @property
+    def recovered_rate(self) -> float:
+        return self.recovered / self.trials
+
+
+def survey(network: DenseNetwork, images: np.ndarray, labels: np.ndarray, batch_sizes: Sequence[int], trials: int,
+           rng: np.random.Generator, attack: bool = True, exact: float = 1e-6) -> list[SurveyPoint]:
+    """Draw ``trials`` batches per size from ``images`` ``(N, d0)``; classify each and (optionally) attack its gradient.
+
+    A batch counts as recovered when :func:`reconstruct` returns inputs within relative
+    error ``exact`` of the truth and the right labels.
+    """
+    images = np.asarray(images, dtype=np.float64).reshape(len(images), -1)
+    labels = np.asarray(labels)
+    points = []
+    for batch_size in batch_sizes:
+        insecure = secure = recovered = disagreements = 0
+        worst = 0.0
+        for _ in range(trials):
+            index = rng.choice(len(images), size=batch_size, replace=False)
+            batch, batch_labels = images[index], labels[index]
+            report = analyse(network, batch)
+            insecure += report.insecure
+            secure += report.secure
+            if not attack:
+                continue
+            success = False
+            try:
+                recovery = reconstruct(network, walkback.gradients(network, batch, batch_labels), batch_size)
+                error = relative_error(recovery.inputs, batch)
+                success = error < exact and sorted(recovery.labels.tolist()) == sorted(batch_labels.tolist())
+                worst = max(worst, error) if success else worst
+            except ValueError:  # NotInsecureError, or an ill-conditioned gradient (see loss_groups): a failure either way
+                pass
+            recovered += success
+            disagreements += success != report.insecure
+        points.append(SurveyPoint(batch_size, trials, insecure, secure, recovered, disagreements, worst))
+    return points
+
+
+def find_batch(network: DenseNetwork, images: np.ndarray, batch_size: int, state: str, rng: np.random.Generator,
+               tries: int = 200, first_relu: bool = True) -> np.ndarray:
+    """Indices of a random batch in the exclusivity ``state`` (deterministic given ``rng``); ``ValueError`` if none in ``tries``."""
+    if state not in STATES:
+        raise ValueError(f"unknown state {state!r}; known: {', '.join(STATES)}")
+    images = np.asarray(images, dtype=np.float64).reshape(len(images), -1)
+    for _ in range(tries):
+        index = rng.choice(len(images), size=batch_size, replace=False)
+        if analyse(network, images[index], first_relu).state == state:
+            return index
+    raise ValueError(f"no {state} batch of size {batch_size} in {tries} draws on widths {network.widths}")
+
+
+def _single_thread():
+    """BLAS on one thread: these matrices are small, and two cores shared between processes thrash otherwise."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # optional: only speed depends on it
+        return contextlib.nullcontext()
+    return threadpool_limits(1)
+
+
+def survey_widths(dataset: datasets.Dataset, widths: Sequence[int], batch_sizes: Sequence[int], trials: int, seed: int = 0,
+                  epochs: int = 0, lr: float = 1e-3) -> tuple[dict, dict]:
+    """:func:`survey` of ``models.build("mlp", widths=(w, w))`` for each ``w``, at initialisation or after ``epochs`` of training.
+
+    Returns
+    -------
+    points : dict
+        ``width -> list of SurveyPoint``, one per batch size.
+    accuracies : dict
+        ``width -> training-set accuracy`` of the surveyed network.
+    """
+    images = dataset.images.reshape(len(dataset), -1).double().numpy()
+    labels = dataset.labels.numpy()
+    points, accuracies = {}, {}
+    for width in widths:
+        model = models.build("mlp", dataset.shape, dataset.num_classes, seed=seed, widths=(width, width))
+        if epochs:
+            training.train(model, dataset, epochs=epochs, lr=lr, seed=seed, progress=False)
+        accuracies[width] = training.accuracy(model, dataset)
+        with _single_thread():
+            points[width] = survey(walkback.from_torch(model), images, labels, batch_sizes, trials, np.random.default_rng(seed))
+    return points, accuracies
+
+
+# ----------------------------------------------------------------------------------
+# The secure boundary: artifact batches (Theorem 2, Corollary 1)
+# ----------------------------------------------------------------------------------
+
+
+def _null_space(matrix: np.ndarray, relative: float = 1e-10) -> np.ndarray:
+    """Orthonormal basis ``(n, k)`` of the null space of an ``(r, n)`` matrix, by SVD."""
+    _, singular, right = np.linalg.svd(matrix)
+    rank = int((singular > relative * max(singular.max(initial=0.0), np.finfo(float).tiny)).sum())
+    return right[rank:].T
+
+
+def perturbation_basis(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray, first_relu: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """The two factors of the gradient-preserving perturbations of a batch.
+
+    A perturbation ``E`` ``(B, d0)`` with ``W_0 e_m = 0`` leaves every pre-activation, so every
+    pattern, loss vector and gradient above the first layer unchanged; the first layer's
+    gradient then changes by ``(1/M) sum_m delta_0^m e_m^T``, which vanishes when
+    ``E = C A N^T`` with ``C`` spanning the null space of ``[delta_0^1 ... delta_0^M]``
+    and ``N`` that of ``W_0``. ``C`` is non-trivial once ``M`` exceeds the rank of the
+    sensitivities (at most ``d_1``); a sample with an ExAN at the first layer is pinned
+    (its row of ``C`` is zero), which is why lack of exclusivity matters.
+
+    Returns
+    -------
+    sample_basis : numpy.ndarray
+        ``C``, ``(B, q)``.
+    input_basis : numpy.ndarray
+        ``N``, ``(d0, r)``.
+    """
+    _, sensitivities = per_sample_sensitivities(network, inputs, labels, first_relu)
+    return _null_space(sensitivities[0].T), _null_space(network.weights[0])
+
+
+@dataclass
+class Artifact:
+    """A batch with the same average gradient as the true one.
+
+    Attributes
+    ----------
+    inputs : numpy.ndarray
+        ``(B, d0)``, inside the pixel box.
+    largest_change : float
+        ``max |artifact - truth|`` over all pixels.
+    gradient_difference : float
+        ``max |G(artifact) - G(truth)|``.
+    dimension : int
+        ``q * r``, the dimension of the perturbation subspace used.
+    """
+
+    inputs: np.ndarray
+    largest_change: float
+    gradient_difference: float
+    dimension: int
+
+
+def artifact_batch(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray, target: str | tuple[int, int] = "invert",
+                   bounds: tuple[float, float] = (0.0, 1.0), first_relu: bool = True) -> Artifact:
+    """The most different batch, within the pixel box, whose average gradient equals the true one (Corollary 1).
+
+    A linear programme over the subspace of :func:`perturbation_basis`:
+
+    * ``target="invert"``: maximise ``sum (1 - 2 u) * e`` with ``u`` the pixel's position in
+      the box, pushing every pixel towards the far end (a visibly obfuscated batch);
+    * ``target=(m, p)``: maximise the change of pixel ``p`` of sample ``m`` towards the far end.
+
+    Raises
+    ------
+    ValueError
+        The batch admits no such perturbation (the subspace is trivial: ``M`` is not above
+        the rank of the first layer's sensitivities, or ``W_0`` has full column rank).
+    """
+    inputs = np.atleast_2d(np.asarray(inputs, dtype=np.float64))
+    low, high = bounds
+    sample_basis, input_basis = perturbation_basis(network, inputs, labels, first_relu)
+    dimension = sample_basis.shape[1] * input_basis.shape[1]
+    if dimension == 0:
+        raise ValueError(f"no gradient-preserving perturbation: sensitivities leave {sample_basis.shape[1]} free sample "
+                         f"directions and W_0 {input_basis.shape[1]} free input directions")
+    # vec(C A N^T) = kron(C, N) vec(A), row-major.
+    mapping = np.kron(sample_basis, input_basis)
+    position = (inputs.ravel() - low) / (high - low)
+    if isinstance(target, str):
+        if target != "invert":
+            raise ValueError(f"unknown target {target!r}: 'invert' or a (sample, pixel) pair")
+        direction = 1.0 - 2.0 * position
+    else:
+        sample, pixel = target
+        direction = np.zeros_like(position)
+        flat = sample * inputs.shape[1] + pixel
+        direction[flat] = 1.0 if position[flat] <= 0.5 else -1.0
+    objective = -(direction @ mapping)
+    lower, upper = low - inputs.ravel(), high - inputs.ravel()
+    solution = linprog(objective, A_ub=np.vstack([mapping, -mapping]), b_ub=np.concatenate([upper, -lower]),
+                       bounds=[(None, None)] * dimension, method="highs")
+    if solution.status != 0:
+        raise ValueError(f"the perturbation programme failed: {solution.message}")
+    perturbation = (mapping @ solution.x).reshape(inputs.shape)
+    artifact = np.clip(inputs + perturbation, low, high)  # clips round-off only: the programme keeps the box
+    truth_gradient = walkback.flatten_gradients(batch_gradients(network, inputs, labels, first_relu))
+    artifact_gradient = walkback.flatten_gradients(batch_gradients(network, artifact, labels, first_relu))
+    return Artifact(artifact, float(np.abs(artifact - inputs).max()),
+                    float(np.abs(artifact_gradient - truth_gradient).max()), dimension)
+
+
+@dataclass
+class PerturbationRow:
+    """One first-layer width of :func:`perturbation_sweep`."""
+
+    width: int
+    dimension: int  # of the perturbation subspace used
+    largest_change: float  # lower bound of the largest one-pixel change (Fig. 5, left)
+    mean_change: float  # mean |change| per pixel of the "invert" artifact batch
+    gradient_difference: float  # max |G(artifact) - G(truth)| over the programmes solved
+
+
+def perturbation_sweep(dataset: datasets.Dataset, widths: Sequence[int], second_width: int, batch_size: int, pixels: int,
+                       seed: int = 0) -> list[PerturbationRow]:
+    """Fig. 5 (left): artifact batches on ``(d0-w-second_width-K)`` FCNs for each first width ``w``.
+
+    For each width, a fresh ``models.build("mlp")`` network and a batch without exclusivity
+    (drawn until :func:`analyse` calls it secure), then the ``invert`` programme and
+    ``pixels`` one-pixel programmes of :func:`artifact_batch`.
+    """
+    images = dataset.images.reshape(len(dataset), -1).double().numpy()
+    labels = dataset.labels.numpy()
+    rng = np.random.default_rng(seed)
+    rows = []
+    with _single_thread():
+        for width in widths:
+            network = walkback.from_torch(models.build("mlp", dataset.shape, dataset.num_classes, seed=seed, widths=(width, second_width)))
+            index = find_batch(network, images, batch_size, "secure", rng)
+            inverted = artifact_batch(network, images[index], labels[index], "invert")
+            largest, difference = inverted.largest_change, inverted.gradient_difference
+            for _ in range(pixels):
+                target = (int(rng.integers(batch_size)), int(rng.integers(images.shape[1])))
+                single = artifact_batch(network, images[index], labels[index], target)
+                largest, difference = max(largest, single.largest_change), max(difference, single.gradient_difference)
+            mean_change = float(np.abs(inverted.inputs - images[index]).mean())
+            rows.append(PerturbationRow(width, inverted.dimension, largest, mean_change, difference))
+    return rows
+
+
+# ----------------------------------------------------------------------------------
+# Exclusivity reduction (Sec. 6) and the hybrid attack on CNNs (Sec. 5, Fig. 4)
+# ----------------------------------------------------------------------------------
+
+
+def reduced_mlp(shape: Sequence[int], num_classes: int, widths: Sequence[int], seed: int = 0, reduce: bool = True) -> nn.Sequential:
+    """An MLP ``[Flatten] Linear (ReLU Linear)*``; with ``reduce``, the ReLU after the first hidden layer is removed.
+
+    Both versions draw the same initial weights from ``seed``, so a comparison of their
+    training differs only by that one ReLU.
+    """
+    if len(widths) < 2 and reduce:
+        raise ValueError("exclusivity reduction needs two hidden layers: without the second, removing the first ReLU "
+                         "leaves a linear model")
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = [nn.Flatten()]
+    features = math.prod(shape)
+    for number, width in enumerate(widths):
+        layers.append(nn.Linear(features, width))
+        if not (reduce and number == 0):
+            layers.append(nn.ReLU())
+        features = width
+    layers.append(nn.Linear(features, num_classes))
+    return nn.Sequential(*layers)
+
+
+def split(dataset: datasets.Dataset, holdout: int, seed: int = 0) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """A seeded train / held-out split of a dataset (the last ``holdout`` samples of a permutation are held out)."""
+    order = torch.as_tensor(np.random.default_rng(seed).permutation(len(dataset)))
+    parts = order[:-holdout], order[-holdout:]
+    return tuple(datasets.Dataset(dataset.images[part], dataset.labels[part], dataset.classes, dataset.name) for part in parts)
+
+
+def reduction_accuracy(dataset: datasets.Dataset, widths: Sequence[int], epochs: int, lr: float, holdout: int,
+                       seed: int = 0) -> dict:
+    """Held-out accuracy of the MLP with and without its first ReLU, same initial weights and training (Sec. 6).
+
+    Returns ``{"with first ReLU": (model, accuracy), "reduced": (model, accuracy)}``.
+    """
+    train_set, test_set = split(dataset, holdout, seed)
+    results = {}
+    for name, reduce in (("with first ReLU", False), ("reduced", True)):
+        model = reduced_mlp(dataset.shape, dataset.num_classes, widths, seed=seed, reduce=reduce)
+        training.train(model, train_set, epochs=epochs, lr=lr, seed=seed, progress=False)
+        results[name] = (model, training.accuracy(model, test_set))
+    return results
+
+
+def reduced_to_numpy(model: nn.Sequential) -> DenseNetwork:
+    """A float64 copy of a (possibly reduced) MLP; pair it with ``first_relu=False`` when reduced."""
+    layers = [module for module in model if isinstance(module, nn.Linear)]
+    return DenseNetwork([layer.weight.detach().double().cpu().numpy() for layer in layers],
+                        [None if layer.bias is None else layer.bias.detach().double().cpu().numpy() for layer in layers])
+
+
+def hybrid_cnn(shape: Sequence[int], num_classes: int, channels: int, width: int, seed: int = 0) -> nn.Sequential:
+    """A CNN as the hybrid attack sees it: two 3x3 conv + ReLU layers (the trunk), then a one-hidden-layer FCN head."""
+    torch.manual_seed(seed)
+    features = channels * math.prod(shape[1:])
+    return nn.Sequential(nn.Conv2d(shape[0], channels, 3, padding=1), nn.ReLU(), nn.Conv2d(channels, channels, 3, padding=1),
+                         nn.ReLU(), nn.Flatten(), nn.Linear(features, width), nn.ReLU(), nn.Linear(width, num_classes))
+
+
+def split_head(model: nn.Sequential) -> int:
+    """Index of the FCN head in ``trunk + head``: the first Linear after which only Linear and ReLU follow."""
+    if not isinstance(model, nn.Sequential):
+        raise ValueError(f"the hybrid attack needs an nn.Sequential trunk + FCN head, got a {type(model).__name__}")
+    modules = list(model)
+    start = len(modules)
+    while start > 0 and isinstance(modules[start - 1], (nn.Linear, nn.ReLU)):
+        start -= 1
+    while start < len(modules) and not isinstance(modules[start], nn.Linear):
+        start += 1
+    if start >= len(modules) or start == 0:
+        raise ValueError("no trunk + fully-connected head split found: the model must end on Linear/ReLU layers after a trunk")
+    return start
+
+
+@ATTACKS.register("exclusivity_hybrid")
+def hybrid_attack(observation: Observation, iterations: int = 100, tolerance: float | None = None,
+                  max_iter: int = 20) -> AttackResult:
+    """The two-stage attack on a CNN ``f = head . trunk`` (Pan et al., 2022, Sec. 5, Fig. 4).
+
+    1. The head is an FCN whose gradient is the average gradient of its own input, the
+       trunk's feature maps: :func:`reconstruct` recovers each sample's feature map and label.
+    2. Each input is found by feature matching, ``min_x ||trunk(x) - feature_m||^2`` with
+       ``x`` in ``[0, 1]`` (L-BFGS on a sigmoid parameterisation), one sample at a time in
+       one batched objective.
+
+    Parameters
+    ----------
+    iterations : int
+        L-BFGS steps of the feature matching (``max_iter`` evaluations each).
+    tolerance : float, optional
+        Of :func:`loss_groups`; by default by dtype, as in :func:`exclusivity_attack`.
+
+    Raises
+    ------
+    NotInsecureError
+        The batch is not insecure for the head.
+    """
+    model = observation.model
+    start = split_head(model)
+    trunk, head = model[:start], model[start:]
+    head_parameters = list(head.parameters())
+    positions = {id(parameter): index for index, parameter in enumerate(model.parameters())}
+    head_gradient = tuple(observation.gradient[positions[id(parameter)]] for parameter in head_parameters)
+    head_observation = Observation(head, head_gradient, (head[0].in_features,), observation.batch_size, loss=observation.loss,
+                                   progress=False)
+    features = exclusivity_attack(head_observation, tolerance=tolerance)
+    reference = observation.gradient[0]
+    target = features.reconstruction.to(reference.dtype)
+    generator = torch.Generator().manual_seed(observation.seed)
+    logits = torch.randn((observation.batch_size, *observation.shape), generator=generator).to(reference.device, reference.dtype)
+    logits.requires_grad_(True)
+    optimizer = torch.optim.LBFGS([logits], lr=1.0, max_iter=max_iter, history_size=100, line_search_fn="strong_wolfe")
+
+    def distance() -> torch.Tensor:
+        return (trunk(torch.sigmoid(logits)).flatten(1) - target).pow(2).sum()
+
+    def closure():
+        optimizer.zero_grad()
+        value = distance()
+        value.backward()
+        return value
+
+    history = _empty_history(observation)
+    record = _recorder(observation, history)
+    with torch.no_grad():
+        record(0, distance().item(), torch.sigmoid(logits))
+    for iteration in range(1, iterations + 1):
+        optimizer.step(closure)
+        with torch.no_grad():
+            record(iteration, distance().item(), torch.sigmoid(logits))
+    return AttackResult(torch.sigmoid(logits).detach(), features.labels, history)

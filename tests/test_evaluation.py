@@ -1,0 +1,150 @@
+"""gradcore.evaluation: the attack x defense matrix and the attacks it adds.
+
+Outside references: the exact walk-back (MSE ~ 0 undefended), numpy for the gray-guess
+reference, and the orthogonality of CENSOR's averaged transformation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from gradcore import attacks, data, evaluation, experiments, metrics
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return data.load("digits", limit=200)
+
+
+def test_matrix_scores_skips_and_references(digits):
+    cases = {"B=1": [experiments.scenario(digits, "mlp", 1, seed=s, widths=(32,)) for s in range(2)],
+             "B=2": [experiments.scenario(digits, "mlp", 2, seed=0, widths=(32,))]}
+    defenses = {"none": {"defense": None}, "noise": {"defense": "noise", "sigma": 0.1}, "censor": {"defense": "censor", "trials": 2}}
+    result = evaluation.matrix({"walk": {"attack": "walk_back"}, "only none": {"attack": "walk_back", "defenses": ["none"],
+                                                                               "scenarios": ["B=1"]}},
+                               defenses, cases, metrics=("mse", "psnr", "lpips"), progress=False)
+    assert result.value("B=1", "walk", "none", "mse") < 1e-10
+    assert result.value("B=1", "walk", "noise", "mse") > 1e-3
+    assert result.value("B=1", "walk", "censor", "mse") > 1e-3
+    assert ("B=2", "walk") in result.skipped and "one sample" in result.skipped[("B=2", "walk")]
+    assert math.isnan(result.value("B=2", "walk", "none", "mse"))
+    assert math.isnan(result.value("B=1", "only none", "noise", "mse"))
+    if not metrics.lpips_available():
+        assert "lpips" in result.unmeasured and "lpips" not in result.scores[("B=1", "walk", "none")]
+    truth = np.concatenate([c.inputs.numpy() for c in cases["B=1"]])
+    assert result.reference["B=1"]["mse"] == pytest.approx(float(((truth - 0.5) ** 2).reshape(2, -1).mean(1).mean()), rel=1e-9)
+    values, rows, columns = result.grid("mse")
+    assert values.shape == (len(rows), 3) and columns == ["none", "noise", "censor"]
+    assert "n/a" in repr(result.table("mse"))
+    assert result.best_defense("mse", "B=1", "walk") in ("noise", "censor")
+
+
+def test_an_attack_refused_by_a_defense_scores_the_gray_guess(digits):
+    if "exclusivity" not in attacks.ATTACKS:
+        pytest.skip("the exclusivity attack is not registered")
+    case = experiments.scenario(digits, "mlp", 1, seed=0, widths=(32, 16), dtype=torch.float64)
+    # Noise destroys the parallel loss columns the exclusivity attack groups: it refuses the gradient.
+    result = evaluation.matrix({"excl": {"attack": "exclusivity"}}, {"none": {"defense": None}, "noise": {"defense": "noise", "sigma": 0.1}},
+                               {"c": [case]}, metrics=("mse",), progress=False)
+    gray = float(metrics.mse(torch.full_like(case.inputs, 0.5), case.inputs))
+    assert ("c", "excl", "noise") in result.failed and result.failures[("c", "excl", "noise")] == 1
+    assert result.value("c", "excl", "noise", "mse") == pytest.approx(gray, rel=1e-12)
+    assert ("c", "excl", "none") not in result.failed and result.value("c", "excl", "none", "mse") < 1e-12
+    assert ("c", "excl") not in result.skipped
+
+
+def test_imitated_censor_average_stays_orthogonal_and_differentiable():
+    generator = torch.Generator().manual_seed(0)
+    g = [torch.randn(5, 4, dtype=torch.float64, requires_grad=True), torch.randn(7, dtype=torch.float64, requires_grad=True)]
+    average = evaluation.imitate_censor(g, generator, samples=3)
+    for a, t in zip(average, g):
+        assert abs(float((a * t).sum().detach())) < 1e-10 * float((a.norm() * t.norm()).detach())
+    sum(a.sum() for a in average).backward()
+    assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in g)
+
+
+def test_censor_eot_and_misdirection_run_and_report(digits):
+    photos = data.load("photos", size=16, per_photo=2)
+    case = experiments.scenario(photos, "lenet", 1, seed=0)
+    result = attacks.attack("censor_eot", case.model, case.gradient(), shape=case.shape, labels=case.labels, truth=case.inputs,
+                            progress=False, iterations=3, samples=2)
+    assert result.reconstruction.shape == case.inputs.shape and result.history["iteration"] == [0, 3]
+    assert float(result.reconstruction.min()) >= 0 and float(result.reconstruction.max()) <= 1
+    decoy, label = photos.batch(1, seed=5)
+    lure = evaluation.misdirection(case, decoy, label, "inverting_gradients", iterations=2)
+    assert set(lure) >= {"reconstruction", "mse_private", "mse_decoy", "mse_gray_decoy", "labels"}
+    assert lure["mse_gray_decoy"] == pytest.approx(float(((decoy.double() - 0.5) ** 2).mean()))
+
+
+def test_gradient_effects_and_layer_helpers(digits):
+    case = experiments.scenario(digits, "mlp", 1, seed=0, widths=(8,))
+    table = evaluation.gradient_effects(case, {"none": {"defense": None}, "clip": {"defense": "clip", "bound": 1e-3}})
+    text = repr(table)
+    assert "none" in text and "1.0000" in text
+    true = case.gradient()
+    assert evaluation.layer_cosines(true, true) == pytest.approx([1.0] * len(true))
+    assert evaluation.norm_ratios([2 * t for t in true], true) == pytest.approx([2.0] * len(true))
+
+
+def _reduced_cases(digits, batch_size, reduce, seeds=(0,)):
+    from gradcore import exclusivity
+
+    return [experiments.scenario(digits, exclusivity.reduced_mlp(digits.shape, 10, (32, 16), seed=s, reduce=reduce), batch_size,
+                                 seed=s, dtype=torch.float64) for s in seeds]
+
+
+def test_with_architecture_adds_a_column_blocked_attacks_score_gray(digits):
+    if "exclusivity" not in attacks.ATTACKS:
+        pytest.skip("the exclusivity attack is not registered")
+    cases = {"B=1": _reduced_cases(digits, 1, False), "other": _reduced_cases(digits, 1, False, seeds=(1,))}
+    specs = {"closed": {"attack": "closed_form"}, "excl": {"attack": "exclusivity"}, "walk": {"attack": "walk_back"},
+             "adaptive": {"attack": "closed_form", "defenses": ["none"]}}
+    result = evaluation.matrix(specs, {"none": {"defense": None}}, cases, metrics=("mse", "psnr"), progress=False)
+    assert result.value("B=1", "excl", "none", "mse") < 1e-12
+    evaluation.with_architecture(result, specs, "reduced", {"B=1": _reduced_cases(digits, 1, True)}, progress=False)
+    assert result.defenses == ["none", "reduced"]
+    # The closed form divides a weight row by its bias entry: no ReLU is needed, reduction does not stop it.
+    assert result.value("B=1", "closed", "reduced", "mse") < 1e-12
+    truth = cases["B=1"][0].inputs
+    gray = float(((truth - 0.5) ** 2).mean())
+    for name in ("excl", "walk"):  # both need a ReLU after the first layer: refused, scored as the gray guess
+        assert result.value("B=1", name, "reduced", "mse") == pytest.approx(gray, rel=1e-12)
+        assert result.failures[("B=1", name, "reduced")] == 1 and ("B=1", name) not in result.skipped
+    assert "ReLU" in result.failed[("B=1", "excl", "reduced")]
+    assert math.isnan(result.value("other", "closed", "reduced", "mse"))  # no reduced model given: n/a
+    assert math.isnan(result.value("B=1", "adaptive", "reduced", "mse"))  # limited to other defenses
+    assert result.to_gray("B=1", "excl", "reduced") == pytest.approx(1.0)
+    assert result.stopped("reduced") == (2, 3) and result.stopped("none") == (0, 8)
+    assert result.stopped("reduced", attacks=["closed"]) == (0, 1)
+
+
+def test_grid_keeps_skipped_rows_and_over_gray_subtracts_the_reference(digits):
+    cases = {"B=1": [experiments.scenario(digits, "mlp", 1, seed=0, widths=(16,))],
+             "B=2": [experiments.scenario(digits, "mlp", 2, seed=0, widths=(16,))]}
+    result = evaluation.matrix({"walk": {"attack": "walk_back"}}, {"none": {"defense": None}, "noise": {"defense": "noise", "sigma": 0.5}},
+                               cases, metrics=("mse", "psnr"), progress=False)
+    values, rows, _ = result.grid("mse")
+    assert rows == ["walk | B=1"]
+    values, rows, _ = result.grid("mse", include_skipped=True)
+    assert rows == ["walk | B=1", "walk | B=2"] and np.isnan(values[1]).all()
+    assert repr(result.table("mse", include_skipped=True)).count("n/a") == 2
+    gains, rows, _ = result.over_gray("psnr", include_skipped=True)
+    noisy = result.value("B=1", "walk", "noise", "psnr")
+    assert gains[0, 1] == pytest.approx(noisy - result.reference["B=1"]["psnr"]) and np.isnan(gains[1]).all()
+    truth = cases["B=1"][0].inputs.double()
+    assert result.reference["B=1"]["psnr"] == pytest.approx(float(-10 * torch.log10(((truth - 0.5) ** 2).mean())), rel=1e-5)
+
+
+def test_architecture_utility_matches_federated_compare(digits):
+    from gradcore import federated, models
+
+    options = dict(clients=4, per_round=2, batch_size=8, lr=0.5, evaluate_every=2, progress=False)
+    reference = federated.compare(digits, "mlp", {"none": {"defense": None}}, 4, seed=0, model_options={"widths": (8,)}, **options)
+    log = evaluation.architecture_utility(digits, lambda: models.build("mlp", digits.shape, 10, seed=0, widths=(8,)), 4, seed=0, **options)
+    assert log.rounds == reference["none"].rounds and log.accuracy == reference["none"].accuracy
+    other = evaluation.architecture_utility(digits, lambda: models.build("mlp", digits.shape, 10, seed=1, widths=(8,)), 4, seed=0, **options)
+    assert other.accuracy != reference["none"].accuracy

@@ -1,0 +1,241 @@
+"""Neuron exclusivity (Pan et al., 2022): the ExAN analysis, the deterministic attack, artifact batches."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import gradcore
+from gradcore import exclusivity as ex
+from gradcore import walkback
+
+
+def _batch(rng, size, dim=16):
+    return rng.random((size, dim)), rng.integers(0, 5, size)
+
+
+# ----------------------------------------------------------------------------------
+# Analysis
+# ----------------------------------------------------------------------------------
+
+
+def test_exclusive_neurons_on_a_hand_written_pattern():
+    # Fig. 2 of the paper: sample 0 takes units 0 and 2, sample 1 units 2 and 3; unit 1 is off for both.
+    pattern = np.array([[1, 0, 1, 0], [0, 0, 1, 1]], dtype=bool)
+    expected = np.array([[1, 0, 0, 0], [0, 0, 0, 1]], dtype=bool)
+    np.testing.assert_array_equal(ex.exclusive_neurons(pattern), expected)
+    np.testing.assert_array_equal(ex.exclusive_counts([pattern, pattern]), [[1, 1], [1, 1]])
+
+
+def test_counts_match_a_brute_force_loop():
+    rng = np.random.default_rng(0)
+    network = walkback.random_network((16, 12, 10, 5), rng)
+    inputs, _ = _batch(rng, 5)
+    counts = ex.analyse(network, inputs).counts
+    pre = walkback.forward(network, inputs).pre_activations
+    for layer in range(2):
+        on = pre[layer] > 0
+        for sample in range(5):
+            brute = sum(on[sample, j] and not any(on[other, j] for other in range(5) if other != sample) for j in range(on.shape[1]))
+            assert counts[layer, sample] == brute
+
+
+@pytest.mark.parametrize("counts, width, state, words", [
+    ([[1, 1], [2, 3]], 8, "insecure", "sufficient"),
+    ([[0, 0, 0], [0, 0, 0]], 2, "secure", "lack of exclusivity"),
+    ([[0, 0], [0, 0]], 2, "neither", "batch size 2 <= first width 2"),
+    ([[1, 0], [2, 2]], 8, "neither", "ReLU layer 1 of 2: 1 of 2 samples"),
+    ([[1, 1], [2, 1]], 8, "neither", "ReLU layer 2 of 2: 1 of 2 samples have fewer than 2"),
+])
+def test_classification_and_its_reason(counts, width, state, words):
+    got, reason = ex.classify(np.array(counts), width)
+    assert got == state
+    assert words in reason
+
+
+def test_without_the_first_relu_no_sample_is_exclusive_there():
+    rng = np.random.default_rng(1)
+    network = walkback.random_network((16, 6, 64, 5), rng)
+    inputs, _ = _batch(rng, 7)
+    report = ex.analyse(network, inputs, first_relu=False)
+    assert report.counts[0].max() == 0 and report.state == "secure"
+
+
+# ----------------------------------------------------------------------------------
+# The attack
+# ----------------------------------------------------------------------------------
+
+
+def _insecure(widths, batch_size, seed=0):
+    rng = np.random.default_rng(seed)
+    network = walkback.random_network(widths, rng)
+    pool, pool_labels = _batch(rng, 200, widths[0])
+    index = ex.find_batch(network, pool, batch_size, "insecure", rng)
+    return network, pool[index], pool_labels[index]
+
+
+@pytest.mark.parametrize("widths, batch_size", [((16, 64, 5), 3), ((16, 256, 256, 5), 5), ((16, 256, 128, 128, 5), 3)])
+def test_exact_recovery_of_insecure_batches(widths, batch_size):
+    network, inputs, labels = _insecure(widths, batch_size)
+    recovery = ex.reconstruct(network, walkback.gradients(network, inputs, labels), batch_size)
+    assert ex.relative_error(recovery.inputs, inputs) < 1e-10
+    assert sorted(recovery.labels.tolist()) == sorted(labels.tolist())
+    assert recovery.gradient_residual < 1e-10
+
+
+def test_attack_agrees_with_the_analysis():
+    rng = np.random.default_rng(2)
+    network = walkback.random_network((16, 40, 40, 5), rng)
+    pool, pool_labels = _batch(rng, 300)
+    points = ex.survey(network, pool, pool_labels, (2, 3, 4), 15, rng)
+    assert sum(point.insecure for point in points) > 0 and sum(point.insecure for point in points) < 45  # both kinds drawn
+    assert all(point.disagreements == 0 for point in points)
+    assert all(point.worst_error < 1e-8 for point in points)
+
+
+def test_not_insecure_at_the_last_layer_is_reported_with_counts():
+    rng = np.random.default_rng(3)
+    network = walkback.random_network((16, 32, 5), rng)
+    inputs, labels = _batch(rng, 2)
+    inputs = np.vstack([inputs, inputs[:1]])  # a duplicated sample shares every unit with its twin
+    labels = np.append(labels, labels[0])
+    with pytest.raises(ex.NotInsecureError, match=r"only \d of 3 samples show >= 2 exclusive neurons at the last ReLU layer"):
+        ex.reconstruct(network, walkback.gradients(network, inputs, labels), 3)
+    assert not ex.analyse(network, inputs).insecure
+
+
+def test_not_insecure_at_a_lower_layer_is_reported():
+    # Wide last layer, a first layer of width 4: the last layer separates the samples, the first cannot.
+    rng = np.random.default_rng(4)
+    network = walkback.random_network((16, 4, 256, 5), rng)
+    pool, pool_labels = _batch(rng, 200)
+    for _ in range(200):
+        index = rng.choice(200, 3, replace=False)
+        counts = ex.analyse(network, pool[index]).counts
+        if counts[1].min() >= 2 and counts[0].min() == 0:
+            break
+    else:
+        pytest.fail("no batch exclusive at the top and not at the bottom was drawn")
+    with pytest.raises(ex.NotInsecureError, match="no exclusive neuron at ReLU layer 1"):
+        ex.reconstruct(network, walkback.gradients(network, pool[index], pool_labels[index]), 3)
+
+
+def test_zero_bias_gradient_is_reported_not_divided():
+    assert ex._solve_rows(np.ones((3, 4)), np.zeros(3), np.array([0, 2])) is None
+    np.testing.assert_allclose(ex._solve_rows(np.outer([2.0, 0.0, 1.0], [1, 2, 3, 4]), np.array([2.0, 0.0, 1.0]), np.array([0, 1, 2])),
+                               [1, 2, 3, 4])
+
+
+def test_loss_groups_skip_zero_and_single_columns():
+    direction = np.array([0.2, -0.5, 0.3])
+    other = np.array([-0.4, 0.1, 0.3])
+    columns = np.stack([2 * direction, np.zeros(3), 0.5 * direction, other, direction + other, 3 * other], axis=1)
+    groups = ex.loss_groups(columns)
+    assert [group.tolist() for group in groups] == [[0, 2], [3, 5]]
+
+
+def test_bad_inputs_are_named():
+    network, inputs, labels = _insecure((16, 64, 5), 3)
+    gradient = walkback.gradients(network, inputs, labels)
+    with pytest.raises(ValueError, match="batch size given is wrong"):
+        ex.reconstruct(network, gradient, 2)
+    unbiased = walkback.DenseNetwork(network.weights, [None, network.biases[1]])
+    with pytest.raises(ValueError, match=r"hidden layer\(s\) \[0\] have no bias"):
+        ex.reconstruct(unbiased, gradient, 3)
+    with pytest.raises(ValueError, match="NaN"):
+        ex.reconstruct(network, [(gradient[0][0] * np.nan, gradient[0][1]), gradient[1]], 3)
+
+
+# ----------------------------------------------------------------------------------
+# Torch: the registered attack, the reduced network
+# ----------------------------------------------------------------------------------
+
+
+def test_registered_attack_on_a_torch_mlp():
+    torch.manual_seed(0)
+    model = gradcore.models.build("mlp", (1, 4, 4), 5, seed=0, widths=(256, 256)).double()
+    network = walkback.from_torch(model)
+    rng = np.random.default_rng(5)
+    pool = rng.random((100, 16))
+    index = ex.find_batch(network, pool, 3, "insecure", rng)
+    inputs = torch.as_tensor(pool[index]).reshape(3, 1, 4, 4)
+    labels = torch.tensor([0, 3, 3])
+    gradient = gradcore.batch_gradient(model, inputs, labels)
+    result = gradcore.attack("exclusivity", model, gradient, shape=(1, 4, 4), batch_size=3, truth=inputs, progress=False)
+    assert (result.aligned(inputs) - inputs).abs().max().item() < 1e-10
+    assert sorted(result.labels.tolist()) == [0, 3, 3]
+    assert result.history["objective"][0] < 1e-10
+
+
+def test_reduced_network_refused_and_gradient_matches_autograd():
+    model = ex.reduced_mlp((1, 4, 4), 5, (6, 32), seed=0).double()
+    assert sum(isinstance(module, nn.ReLU) for module in model) == 1
+    inputs, labels = torch.rand(3, 1, 4, 4, dtype=torch.float64), torch.tensor([1, 2, 0])
+    gradient = gradcore.batch_gradient(model, inputs, labels)
+    ours = ex.batch_gradients(ex.reduced_to_numpy(model), inputs.reshape(3, -1).numpy(), labels.numpy(), first_relu=False)
+    flat = np.concatenate([np.ravel(part) for pair in ours for part in pair])
+    np.testing.assert_allclose(flat, torch.cat([g.flatten() for g in gradient]).numpy(), atol=1e-13)
+    with pytest.raises(ex.NotInsecureError, match="no ReLU \\(exclusivity reduction\\)"):
+        gradcore.attack("exclusivity", model, gradient, shape=(1, 4, 4), batch_size=3)
+
+
+def test_hybrid_attack_recovers_features_then_inputs():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(64, 512), nn.ReLU(),
+                          nn.Linear(512, 5)).double()
+    assert ex.split_head(model) == 3
+    trunk_features = None
+    for seed in range(20):
+        generator = torch.Generator().manual_seed(seed)
+        inputs = torch.rand(2, 1, 4, 4, generator=generator, dtype=torch.float64)
+        trunk_features = model[:3](inputs).detach().numpy()
+        if ex.analyse(walkback.from_torch(model[3:]), trunk_features).insecure:
+            break
+    gradient = gradcore.batch_gradient(model, inputs, torch.tensor([1, 4]))
+    result = gradcore.attack("exclusivity_hybrid", model, gradient, shape=(1, 4, 4), batch_size=2, truth=inputs,
+                             iterations=15, progress=False)
+    assert result.final("mse") < 1e-6
+
+
+# ----------------------------------------------------------------------------------
+# Artifact batches
+# ----------------------------------------------------------------------------------
+
+
+def test_artifact_batch_keeps_the_gradient_and_moves_the_pixels():
+    rng = np.random.default_rng(6)
+    network = walkback.random_network((16, 3, 32, 5), rng)
+    pool, pool_labels = _batch(rng, 100)
+    index = ex.find_batch(network, pool, 6, "secure", rng)
+    artifact = ex.artifact_batch(network, pool[index], pool_labels[index])
+    assert artifact.gradient_difference < 1e-12
+    assert artifact.largest_change > 0.3
+    assert artifact.inputs.min() >= 0 and artifact.inputs.max() <= 1
+    assert artifact.dimension == (6 - 3) * (16 - 3)
+    # The same perturbation on a different model changes its gradient: the test can fail.
+    other = walkback.random_network((16, 3, 32, 5), rng)
+    moved = np.abs(walkback.flatten_gradients(walkback.gradients(other, artifact.inputs, pool_labels[index]))
+                   - walkback.flatten_gradients(walkback.gradients(other, pool[index], pool_labels[index]))).max()
+    assert moved > 1e-6
+
+
+def test_exclusive_sample_is_pinned():
+    rng = np.random.default_rng(7)
+    network = walkback.random_network((16, 4, 32, 5), rng)
+    pool, pool_labels = _batch(rng, 100)
+    for _ in range(200):
+        index = rng.choice(100, 6, replace=False)
+        counts = ex.analyse(network, pool[index]).counts[0]
+        if 0 < (counts > 0).sum() < 6:
+            break
+    sample_basis, input_basis = ex.perturbation_basis(network, pool[index], pool_labels[index])
+    assert input_basis.shape == (16, 12)
+    np.testing.assert_allclose(sample_basis[counts > 0], 0.0, atol=1e-12)
+
+
+def test_no_artifact_without_room():
+    rng = np.random.default_rng(8)
+    network = walkback.random_network((16, 8, 32, 5), rng)
+    inputs, labels = _batch(rng, 3)
+    with pytest.raises(ValueError, match="no gradient-preserving perturbation"):
+        ex.artifact_batch(network, inputs, labels)

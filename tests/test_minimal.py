@@ -1,0 +1,228 @@
+"""Tests of gradcore.minimal: Qian, Nassar and Hansen's minimal-structure closed forms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import gradcore
+from gradcore import minimal, models
+
+
+def _single(widths, activation, seed=0, label=3):
+    rng = np.random.default_rng(seed)
+    network = minimal.random_mlp(widths, rng, activation)
+    x = rng.uniform(size=(1, widths[0]))
+    return network, x, minimal.mlp_gradients(network, x, np.array([label]))
+
+
+def test_mlp_gradients_match_central_differences():
+    rng = np.random.default_rng(1)
+    network = minimal.random_mlp((5, 4, 3, 3), rng, "sigmoid")
+    x, y = rng.normal(size=(2, 5)), np.array([0, 2])
+    analytic = minimal.mlp_gradients(network, x, y)
+    for layer in (0, 2):
+        for parameter, index in ((network.weights[layer], 0), (network.biases[layer], 1)):
+            numeric = np.zeros_like(parameter)
+            for position in np.ndindex(parameter.shape):
+                parameter[position] += 1e-6
+                up = minimal.mlp_loss(network, x, y)
+                parameter[position] -= 2e-6
+                numeric[position] = (up - minimal.mlp_loss(network, x, y)) / 2e-6
+                parameter[position] += 1e-6
+            assert np.abs(numeric - analytic[layer][index]).max() < 1e-8
+
+
+def test_mlp_gradients_match_torch_autograd():
+    model = models.build("mlp", (1, 4, 4), 5, seed=0, widths=(6, 5), activation="tanh").double()
+    x, y = torch.rand(3, 1, 4, 4, dtype=torch.float64), torch.tensor([0, 4, 2])
+    torch_gradient = gradcore.batch_gradient(model, x, y)
+    ours = minimal.mlp_gradients(minimal.mlp_from_torch(model), x.flatten(1).numpy(), y.numpy())
+    flat = [array for pair in ours for array in pair]
+    assert all(np.allclose(a, t.numpy(), atol=1e-14) for a, t in zip(flat, torch_gradient))
+
+
+@pytest.mark.parametrize("activation", ["sigmoid", "relu", "tanh"])
+@pytest.mark.parametrize("widths", [(20, 32, 10), (20, 12, 12, 12, 10)])
+def test_closed_form_is_exact_at_any_depth(activation, widths):
+    network, x, gradient = _single(widths, activation)
+    inversion = minimal.first_layer_inversion(*gradient[0])
+    assert minimal.relative_error(inversion.input, x) < 1e-10
+    assert inversion.rank_one_residual < 1e-12
+
+
+def test_one_hidden_unit_suffices():
+    network, x, gradient = _single((30, 1, 8, 8, 10), "sigmoid")
+    inversion = minimal.first_layer_inversion(*gradient[0])
+    assert list(inversion.rows) == [0]
+    assert minimal.relative_error(inversion.input, x) < 1e-10
+
+
+def test_dead_rows_are_skipped_and_counted():
+    network, x, _ = _single((20, 12, 10), "relu", seed=4)
+    network.biases[0][:9] = -100.0  # nine first-layer ReLUs that never fire
+    gradient = minimal.mlp_gradients(network, x, np.array([3]))
+    inversion = minimal.first_layer_inversion(*gradient[0])
+    assert inversion.dead_rows >= 9 and not set(range(9)) & set(inversion.rows.tolist())
+    assert minimal.relative_error(inversion.input, x) < 1e-10
+
+
+def test_vanishing_rows_are_skipped():
+    network, x, gradient = _single((20, 6, 10), "sigmoid")
+    weight_gradient, bias_gradient = (g.copy() for g in gradient[0])
+    bias_gradient[0] = 1e-14 * np.abs(bias_gradient).max()  # a row that is rounding, not signal
+    weight_gradient[0] = 1.0
+    inversion = minimal.first_layer_inversion(weight_gradient, bias_gradient, check_single=False)
+    assert inversion.vanishing_rows == 1 and 0 not in inversion.rows
+    assert minimal.relative_error(inversion.input, x) < 1e-10
+
+
+def test_all_rows_dead_is_blocked_with_a_clear_error():
+    with pytest.raises(ValueError, match="blocked: all 4 rows"):
+        minimal.first_layer_inversion(np.ones((4, 3)), np.zeros(4))
+
+
+def test_bad_gradients_are_refused():
+    with pytest.raises(ValueError, match="one bias gradient per row"):
+        minimal.first_layer_inversion(np.ones((4, 3)), np.ones(5))
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        minimal.first_layer_inversion(np.full((2, 3), np.nan), np.ones(2))
+
+
+def test_a_batch_gradient_is_recognised_as_not_one_instance():
+    rng = np.random.default_rng(0)
+    network = minimal.random_mlp((20, 8, 10), rng)
+    gradient = minimal.mlp_gradients(network, rng.uniform(size=(3, 20)), np.array([0, 1, 2]))
+    with pytest.raises(ValueError, match="not one instance"):
+        minimal.first_layer_inversion(*gradient[0])
+
+
+def test_batch_span_needs_as_many_hidden_units_as_samples():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=(4, 30))
+    residual = {}
+    for hidden in (2, 3, 4, 8):
+        network = minimal.random_mlp((30, hidden, 10), rng)
+        residual[hidden] = minimal.batch_span_residual(minimal.mlp_gradients(network, x, np.array([0, 1, 2, 3]))[0][0], x)
+    assert residual[2] > 1e-2 and residual[3] > 1e-2
+    assert residual[4] < 1e-10 and residual[8] < 1e-10
+    with pytest.raises(ValueError, match="zero"):
+        minimal.batch_span_residual(np.zeros((3, 30)), x)
+
+
+def test_counting_conditions():
+    assert minimal.conv_output_width(32, 5, 2, 2) == 16
+    assert minimal.conv_output_width(8, 3, 1, 1) == 8
+    assert minimal.conv_output_width(7, 3, 0, 2) == 3  # (7 - 3) / 2 + 1
+    with pytest.raises(ValueError, match="does not fit"):
+        minimal.conv_output_width(3, 5)
+    lenet = minimal.conv_counting(32, 3, 12, 5, 2, 2)
+    assert lenet.kernels_needed == 12 and lenet.solvable and lenet.equations == lenet.unknowns == 3072
+    assert not minimal.conv_counting(32, 3, 11, 5, 2, 2).solvable
+    assert not minimal.conv_counting(32, 3, 12, 5, 2, 2, batch_size=8, dense_units=4).solvable  # 4 units cannot demix 8
+    assert minimal.demixing_condition(8, 8) and not minimal.demixing_condition(7, 8)
+    # Output layer alone: n1 (n0 + 1) equations vs B (n0 + n1) unknowns.
+    assert minimal.output_layer_demixing(2, 10, 2) and not minimal.output_layer_demixing(1, 10, 2)  # n0 >= 10 / 8
+    assert not minimal.output_layer_demixing(10_000, 10, 10) and minimal.output_layer_demixing(1, 10, 1)
+    direct = minimal.conv_counting(8, 1, 2, 3, 1, 1, batch_size=2, dense_units=None)
+    assert direct.kernels_needed == 2 and direct.solvable
+    assert not minimal.conv_counting(8, 1, 1, 3, 1, 1, batch_size=2, dense_units=None).solvable
+
+
+def test_convolution_matrix_is_the_layer():
+    layer = torch.nn.Conv2d(2, 3, 3, stride=2, padding=1, bias=False).double()
+    x = torch.rand(1, 2, 7, 7, dtype=torch.float64)
+    matrix = minimal.convolution_matrix(layer.weight.detach().numpy(), 7, 1, 2)
+    assert np.allclose(matrix @ x.flatten().numpy(), layer(x).flatten().detach().numpy(), atol=1e-14)
+
+
+def test_counting_is_necessary_not_sufficient():
+    table = minimal.solvability_table([{"width": 8, "channels": 1, "kernels": 8, "kernel_size": 2, "padding": 0, "stride": 3}])
+    row = table.rows[0]
+    assert row[-2] == "yes" and row[-1] != "64/64"  # enough equations, pixels the stride skips
+
+
+def _cnn_case(kernels, **options):
+    torch.manual_seed(0)
+    model = minimal.conv_mlp((1, 6, 6), 4, kernels=kernels, **options).double()
+    x = torch.rand(1, 1, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    return model, x, gradcore.shared_gradient(model, x, torch.tensor([1]))
+
+
+@pytest.mark.parametrize("activation", ["sigmoid", "tanh"])
+def test_two_step_is_exact_when_kernels_suffice(activation):
+    model, x, gradient = _cnn_case(4, kernel_size=3, stride=2, padding=1, hidden=5, activation=activation)  # needs 4
+    result = minimal.two_step(model, gradient, (1, 6, 6))
+    assert result.deconvolution.determined and result.deconvolution.method == "lstsq"
+    assert minimal.relative_error(result.input, x.numpy()) < 1e-10
+    attacked = minimal.two_step_attack(model, gradient, (1, 6, 6), truth=x)
+    assert attacked.final("mse") < 1e-20 and attacked.seconds > 0 and attacked.history["iteration"] == [0]
+
+
+def test_two_step_fails_when_kernels_are_short():
+    model, x, gradient = _cnn_case(3, kernel_size=3, stride=2, padding=1, hidden=5)  # needs 4
+    result = minimal.two_step(model, gradient, (1, 6, 6), iterations=200)
+    assert not result.deconvolution.determined and result.deconvolution.rank == 27
+    assert minimal.relative_error(result.input, x.numpy()) > 1e-2
+
+
+def test_two_step_refuses_unsupported_models():
+    model = models.build("lenet", (1, 8, 8), 4)
+    with pytest.raises(ValueError, match="one convolutional layer"):
+        minimal.two_step(model, [p.detach() for p in model.parameters()], (1, 8, 8))
+    layer = torch.nn.Conv2d(1, 1, 3)
+    with pytest.raises(ValueError, match="unknown deconvolution method"):
+        minimal.deconvolve(layer, np.zeros(36), "sigmoid", 8, method="magic")
+    with pytest.raises(ValueError, match="saturated or inactive"):
+        minimal.deconvolve(layer, np.zeros(36), "relu", 8)
+
+
+def test_minimal_mlp_attack_matches_numpy():
+    model = models.build("mlp", (1, 4, 4), 3, seed=0, widths=(1, 6), activation="sigmoid").double()
+    x = torch.rand(1, 1, 4, 4, dtype=torch.float64)
+    gradient = gradcore.shared_gradient(model, x, torch.tensor([2]))
+    result = gradcore.attack("minimal_mlp", model, gradient, shape=(1, 4, 4))
+    assert minimal.relative_error(result.reconstruction.numpy(), x.numpy()) < 1e-10
+    with pytest.raises(ValueError, match="regularised_matching"):
+        gradcore.attack("minimal_mlp", model, gradient, shape=(1, 4, 4), batch_size=2)
+
+
+def test_regularisers_by_hand():
+    batch = torch.tensor([[1.0, 0.0], [1.0, 2.0], [0.0, 3.0]])
+    # pairs (k, k'), k != k': dots 1, 0, 6, each counted twice.
+    assert minimal.REGULARISERS["orthogonality"](batch).item() == 2 * (1 + 0 + 36)
+    assert minimal.REGULARISERS["l2"](batch).item() == 15
+    assert minimal.REGULARISERS["none"](batch).item() == 0
+    with pytest.raises(KeyError, match="known regularisers"):
+        minimal.REGULARISERS["tv"]
+
+
+def test_regularised_matching_recovers_a_single_digit():
+    model = models.build("mlp", (1, 4, 4), 3, seed=0, widths=(8,), activation="sigmoid").double()
+    x = torch.rand(1, 1, 4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    gradient = gradcore.shared_gradient(model, x, torch.tensor([1]))
+    result = gradcore.attack("regularised_matching", model, gradient, shape=(1, 4, 4), labels=torch.tensor([1]), truth=x,
+                             progress=False, iterations=300, lr=0.1, record_every=50)
+    assert result.history["iteration"][-1] == 300 and result.final("mse") < 1e-8
+    assert result.history["mse"][0] > result.final("mse")
+
+
+def test_saturation_counts_flat_sigmoids():
+    model = torch.nn.Sequential(torch.nn.Linear(1, 1), torch.nn.Sigmoid())
+    with torch.no_grad():
+        model[0].weight.fill_(1.0)
+        model[0].bias.zero_()
+    assert minimal.saturation(model, torch.tensor([[0.0], [5.0], [-5.0], [1.0]])) == 0.5
+    with pytest.raises(ValueError, match="no sigmoid"):
+        minimal.saturation(torch.nn.Linear(1, 1), torch.zeros(1, 1))
+
+
+def test_exactness_rows_report_blocked_models():
+    image, label = torch.rand(1, 1, 4, 4, generator=torch.Generator().manual_seed(0)), torch.tensor([1])
+    rows = minimal.exactness_rows(image, label, {"one unit": (1,), "wide": (16,)}, ("sigmoid",), 3)
+    assert [row[2] for row in rows] == [1, 16] and max(row[-1] for row in rows) < 1e-10
+    model = models.build("mlp", (1, 4, 4), 3, seed=0, widths=(1,), activation="relu")
+    relu_rows = minimal.exactness_rows(image, label, {"one unit": (1,)}, ("relu",), 3, seed=0)
+    alive = (model[1](image.flatten(1)) > 0).item()
+    assert (relu_rows[0][-1] == "blocked") != alive
