@@ -111,8 +111,9 @@ IG = PAPERS.add("inverting_gradients", Paper(
         "padding_image_seed": 3,
     },
     profiles={
-        # One thread: on a shared two-core machine two OpenMP threads per process can slow these small convolutions tenfold.
-        "ci": {"threads": 1, "attack_images": 2, "cosine_iterations": 400, "euclidean_steps": 50, "local_iterations": 200,
+        # Two threads: 1.1-1.4x faster than one on an idle two-core machine (measured on these models). Run
+        # chapters one at a time: two processes with two OpenMP threads each on two cores slowed cells tenfold here.
+        "ci": {"threads": 2, "attack_images": 2, "cosine_iterations": 400, "euclidean_steps": 50, "local_iterations": 200,
                # (epochs, images, batch size); the paper's rows use 8 images and 5 epochs.
                "table2_settings": ((1, 1, 1), (1, 4, 2), (1, 4, 4), (3, 1, 1), (3, 4, 4)), "table2_iterations": 150,
                "table2_width": 16,
