@@ -27,7 +27,6 @@ compared between machines. Run from the repository root:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -38,6 +37,7 @@ from pathlib import Path
 import torch
 
 import gradcore
+from _results import write_json
 from gradcore import attacks, gradients, models
 
 SHAPE = (3, 32, 32)
@@ -210,11 +210,7 @@ def main(argv=None) -> int:
                      "quick": args.quick},
         "results": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = args.out.with_suffix(args.out.suffix + ".tmp")
-    temporary.write_text(json.dumps(result, indent=2) + "\n")
-    temporary.replace(args.out)
-    print(f"wrote {args.out}")
+    write_json(args.out, result)
     return 0
 
 

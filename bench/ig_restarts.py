@@ -25,7 +25,6 @@ repeats after a warm-up. Run from the repository root on an idle machine:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -36,6 +35,7 @@ from pathlib import Path
 import torch
 
 import gradcore
+from _results import write_json
 from gradcore import gradients, inverting, models
 
 SHAPE = (3, 32, 32)
@@ -110,11 +110,7 @@ def main(argv=None) -> int:
     result = {"benchmark": "ig_restarts", "torch": torch.__version__, "python": platform.python_version(),
               "cpus": os.cpu_count(), "threads": args.threads, "repeats": args.repeats, "statistic": "median after one warm-up",
               "unit": "one plain gradient (forward + backward wrt parameters) of the same model and image", "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = args.out.with_suffix(".tmp")
-    temporary.write_text(json.dumps(result, indent=2) + "\n")
-    temporary.rename(args.out)
-    print(f"wrote {args.out}")
+    write_json(args.out, result)
     return 0
 
 

@@ -55,7 +55,6 @@ import contextlib
 import copy
 import inspect
 import io
-import json
 import logging
 import os
 import platform
@@ -68,6 +67,7 @@ from pathlib import Path
 import torch
 
 import gradcore
+from _results import write_json
 from gradcore import attacks, data, gradients, inverting, metrics
 
 IMAGE_SEEDS = (1, 3, 6)  # photos crops: tissue, coffee, cat
@@ -292,11 +292,7 @@ def main(argv=None) -> int:
                     for name in rows[0]["attacks"]},
         "batched_restarts": restart_row,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = args.out.with_suffix(args.out.suffix + ".tmp")
-    temporary.write_text(json.dumps(result, indent=2) + "\n")
-    temporary.replace(args.out)
-    print(f"wrote {args.out}")
+    write_json(args.out, result)
     return 0
 
 
