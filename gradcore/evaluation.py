@@ -104,7 +104,7 @@ def censor_eot(observation: Observation, iterations: int = 300, lr: float = 0.1,
     images.requires_grad_(True)
     optimizer = torch.optim.Adam([images], lr=lr)
     scheduler = _scheduler(optimizer, True, iterations)
-    network = grads.stateless(observation.model) if hasattr(grads, "stateless") else observation.model
+    network = grads.stateless(observation.model)
     history = _empty_history(observation)
     record = _recorder(observation, history)
     for iteration in tqdm(range(iterations + 1), desc="censor eot", disable=not observation.progress, file=sys.stderr,
@@ -125,9 +125,8 @@ def censor_eot(observation: Observation, iterations: int = 300, lr: float = 0.1,
     return AttackResult(images.detach().clone(), labels, history)
 
 
-for _name, _function in (("walk_back", walk_back_attack), ("censor_eot", censor_eot)):
-    if _name not in ATTACKS:  # another module may offer the same attack under this name
-        ATTACKS.add(_name, _function)
+ATTACKS.add("walk_back", walk_back_attack)
+ATTACKS.add("censor_eot", censor_eot)
 
 
 # ----------------------------------------------------------------------------------
