@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from . import gradients as grads
 from . import metrics as quality
-from .attacks import ATTACKS, AttackResult, Observation, _empty_history, _recorder, attack, infer_labels
+from .attacks import ATTACKS, AttackResult, Observation, _empty_history, _recorder, attack
 from .claims import Table
 from .defenses import censor_candidate
 
@@ -37,7 +37,7 @@ try:  # the exclusivity attack of Pan et al. (2022), where that module is presen
     from . import exclusivity  # noqa: F401
 except ImportError:
     exclusivity = None
-from .inverting import _scheduler, cosine_distance, total_variation
+from .inverting import inverting_gradients
 
 
 # ----------------------------------------------------------------------------------
@@ -91,38 +91,14 @@ def censor_eot(observation: Observation, iterations: int = 300, lr: float = 0.1,
     Each step draws ``samples`` fresh CENSOR transformations of the dummy's gradient,
     averages them (expectation over transformation, Athalye et al., 2018) and takes a
     signed Adam step on the cosine distance to the shared gradient plus ``tv_weight``
-    times the total variation, with the step decay of Inverting Gradients.
+    times the total variation: the Inverting Gradients attack with that average as its
+    gradient transform.
     """
-    from .attacks import INITIALISERS
+    def expected_censor(gradient, generator):
+        return imitate_censor(gradient, generator, samples, projection)
 
-    labels = observation.labels
-    if labels is None:
-        labels = infer_labels(observation.model, observation.gradient, observation.batch_size)
-    dtype, device = observation.gradient[0].dtype, observation.gradient[0].device
-    generator = torch.Generator().manual_seed(observation.seed)
-    images = INITIALISERS[init]((observation.batch_size, *observation.shape), generator).to(device, dtype).clamp(0, 1)
-    images.requires_grad_(True)
-    optimizer = torch.optim.Adam([images], lr=lr)
-    scheduler = _scheduler(optimizer, True, iterations)
-    network = grads.stateless(observation.model)
-    history = _empty_history(observation)
-    record = _recorder(observation, history)
-    for iteration in tqdm(range(iterations + 1), desc="censor eot", disable=not observation.progress, file=sys.stderr,
-                          mininterval=2.0, ncols=80):
-        candidate = grads.batch_gradient(network, images, labels, observation.loss, create_graph=True)
-        expected = imitate_censor(candidate, generator, samples, projection)
-        objective = cosine_distance(expected, observation.gradient) + tv_weight * total_variation(images)
-        if iteration % record_every == 0 or iteration == iterations:
-            record(iteration, objective.item(), images.detach())
-        if iteration == iterations:
-            break
-        (direction,) = torch.autograd.grad(objective, images)
-        images.grad = direction.sign()
-        optimizer.step()
-        scheduler.step()
-        with torch.no_grad():
-            images.clamp_(0, 1)
-    return AttackResult(images.detach().clone(), labels, history)
+    return inverting_gradients(observation, iterations=iterations, lr=lr, tv_weight=tv_weight, init=init,
+                               transform=expected_censor, record_every=record_every)
 
 
 ATTACKS.add("walk_back", walk_back_attack)

@@ -57,7 +57,8 @@ class Scenario:
             if defense is not None:
                 from .defenses import defend
 
-                shared = defend(shared, defense, seed, **(defense_options or {}))
+                context = {"model": self.model, "inputs": self.inputs, "labels": self.labels, "loss": self.loss}
+                shared = defend(shared, defense, seed, context=context, **(defense_options or {}))
             config["local"] = local
         else:
             shared = self.gradient(defense, seed, **(defense_options or {}))
@@ -89,6 +90,23 @@ def scenario(dataset: data.Dataset, model: str | nn.Module, batch_size: int = 1,
     if model == "linear_unit":
         return Scenario(network, inputs, labels.to(dtype), "half_squared_error", f"{model} on {dataset.name}")
     return Scenario(network, inputs, labels, "cross_entropy", f"{model} on {dataset.name}")
+
+
+def scenarios(dataset: data.Dataset, model: str | Callable[[int], nn.Module], batch_size: int = 1, count: int = 1, seed: int = 0,
+              **options) -> list[Scenario]:
+    """``count`` independent scenarios with seeds ``seed, seed + 1, ...``: a fresh private batch and model each.
+
+    ``model`` is a registry name or a function ``seed -> nn.Module`` that builds a fresh
+    network (for models the registry does not name, e.g. a reduced MLP); ``options`` go to
+    :func:`scenario`.
+    """
+    if count < 1:
+        raise ValueError(f"count must be at least 1, got {count}")
+    if not (isinstance(model, str) or callable(model)) or isinstance(model, nn.Module):
+        raise TypeError("model must be a registry name or a function seed -> nn.Module (a built network would be shared "
+                        f"by every scenario), got {type(model).__name__}")
+    return [scenario(dataset, model if isinstance(model, str) else model(seed + i), batch_size, seed=seed + i, **options)
+            for i in range(count)]
 
 
 def label_accuracy(dataset: data.Dataset, method: str, trials: int, num_classes: int | None = None, seed: int = 0,

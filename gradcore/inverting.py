@@ -12,6 +12,7 @@ vectorised double-backward serves them all instead of a Python loop.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from typing import Callable, Sequence
@@ -40,17 +41,21 @@ def cosine_distance(candidate: Sequence[torch.Tensor], target: Sequence[torch.Te
 
 
 def batched_objective(model: nn.Module, target: Sequence[torch.Tensor], labels: torch.Tensor, loss: str | Callable,
-                      tv_weight: float, restarts: int = 2, local: dict | None = None) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+                      tv_weight: float, restarts: int = 2, local: dict | None = None,
+                      transform: Callable | None = None) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
     """``X -> (d objective / dX, objective)`` for a stack of restarts ``X`` of shape ``(R, B, *shape)``.
 
     One restart takes plain autograd (a double backward); several are vectorised with
-    ``vmap``, which costs more per call than one restart but far less than a loop.
+    ``vmap``, one double backward over the whole stack. ``transform`` (one restart only)
+    maps the dummy's gradient before the cosine, differentiably.
     """
     from torch.func import functional_call, grad, grad_and_value, vmap
 
     network = grads.stateless(model)
     if restarts == 1:
-        return _single_objective(network, target, labels, loss, tv_weight, local)
+        return _single_objective(network, target, labels, loss, tv_weight, local, transform)
+    if transform is not None:
+        raise ValueError("a gradient transform draws its own randomness per call; use it with restarts=1")
     names = [name for name, p in network.named_parameters() if p.requires_grad]
     parameters = {name: p.detach() for name, p in network.named_parameters() if p.requires_grad}
     buffers = {name: b.detach() for name, b in network.named_buffers()}
@@ -77,8 +82,10 @@ def _update(network: nn.Module, parameters: dict, images: torch.Tensor, labels: 
 
 
 def _single_objective(network: nn.Module, target: Sequence[torch.Tensor], labels: torch.Tensor, loss: str | Callable,
-                      tv_weight: float, local: dict | None = None) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+                      tv_weight: float, local: dict | None = None,
+                      transform: Callable | None = None) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
     parameters = {name: p.detach() for name, p in network.named_parameters() if p.requires_grad}
+    transform = transform or (lambda gradient: gradient)
 
     def step_direction(stack: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         images = stack[0].detach().requires_grad_(True)
@@ -86,7 +93,7 @@ def _single_objective(network: nn.Module, target: Sequence[torch.Tensor], labels
             candidate = grads.batch_gradient(network, images, labels, loss, create_graph=True)
         else:
             candidate = list(_update(network, parameters, images, labels, loss, local).values())
-        objective = cosine_distance(candidate, target) + tv_weight * total_variation(images)
+        objective = cosine_distance(transform(candidate), target) + tv_weight * total_variation(images)
         (direction,) = torch.autograd.grad(objective, images)
         return direction.unsqueeze(0), objective.detach().reshape(1)
 
@@ -115,7 +122,8 @@ def _scheduler(optimizer: torch.optim.Optimizer, decay: bool | str, iterations: 
 @ATTACKS.register("inverting_gradients")
 def inverting_gradients(observation: Observation, iterations: int = 4800, lr: float = 0.1, tv_weight: float = 1e-4,
                         restarts: int = 1, init: str = "rand", signed: bool = True, decay: bool | str = True,
-                        local: dict | None = None, snapshots: Sequence[int] = (), record_every: int = 10) -> AttackResult:
+                        local: dict | None = None, transform: Callable | None = None, snapshots: Sequence[int] = (),
+                        record_every: int = 10) -> AttackResult:
     """Cosine gradient matching with a TV prior and signed Adam (Geiping et al., 2020, Sec. 4).
 
     Parameters
@@ -140,6 +148,11 @@ def inverting_gradients(observation: Observation, iterations: int = 4800, lr: fl
         The observation is a FedAvg update after local training with these settings
         (``lr``, ``epochs``, ``batch_size``, as :func:`gradcore.gradients.local_update`);
         the attack unrolls the same training on its dummies and matches the update.
+    transform : callable, optional
+        ``(gradient, generator) -> gradient``, applied to the dummies' gradient before the
+        cosine and differentiated through: an adaptive attacker imitating a randomised
+        defense (see :func:`gradcore.evaluation.censor_eot`). It receives the attack's own
+        seeded generator, so a run repeats exactly. One restart only.
     snapshots, record_every
         As for :func:`gradcore.attacks.dlg`; the history follows the best restart so far.
     """
@@ -156,7 +169,10 @@ def inverting_gradients(observation: Observation, iterations: int = 4800, lr: fl
     images = INITIALISERS[init](shape, generator).to(device, dtype).clamp(0, 1).requires_grad_(True)
     optimizer = torch.optim.Adam([images], lr=lr)
     scheduler = _scheduler(optimizer, decay, iterations)
-    step_direction = batched_objective(observation.model, observation.gradient, labels, observation.loss, tv_weight, restarts, local)
+    if transform is not None:
+        transform = functools.partial(transform, generator=generator)
+    step_direction = batched_objective(observation.model, observation.gradient, labels, observation.loss, tv_weight, restarts, local,
+                                       transform)
 
     history, kept = _empty_history(observation), []
     record = _recorder(observation, history)

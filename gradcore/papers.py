@@ -91,11 +91,16 @@ IG = PAPERS.add("inverting_gradients", Paper(
         "convnet_width": 16,
         "train_epochs": 15,
         "train_lr": 1e-3,
+        # Sec. 5 attacks an untrained network (the paper's figures use untrained networks unless stated); the
+        # local-steps section uses the Table 2 network. An update counts as divergent when it multiplies the loss
+        # on all the photos by at least this factor (the paper: the failing rate "would lead to a divergent
+        # training update").
+        "divergence_factor": 10.0,
         # Which of the paper's Sec. 5 settings each local-training row corresponds to.
         "paper_equivalent": {"1 step, lr 1e-4": "1 step, lr 1e-4", "3 steps, lr 1e-4": "100 steps, lr 1e-4",
                              "100 steps, lr 1e-4": "100 steps, lr 1e-4", "3 steps, lr 1e-2": "5 steps, lr 1e-2",
                              "5 steps, lr 1e-2": "5 steps, lr 1e-2", "3 steps, lr 1e-1": "5 steps, lr 1e-1",
-                             "5 steps, lr 1e-1": "5 steps, lr 1e-1"},
+                             "5 steps, lr 1e-1": "5 steps, lr 1e-1", "3 steps, lr 1": "5 steps, lr 1e-1"},
         # Table 2: local lr of the multi-image FedAvg runs (the paper's Sec. 5 default).
         "table2_lr": 1e-4,
         # Which row of Table 2 plays the same role as each ci row (the paper profile runs the rows themselves).
@@ -113,7 +118,7 @@ IG = PAPERS.add("inverting_gradients", Paper(
     profiles={
         # Two threads: 1.1-1.4x faster than one on an idle two-core machine (measured on these models). Run
         # chapters one at a time: two processes with two OpenMP threads each on two cores slowed cells tenfold here.
-        "ci": {"threads": 2, "attack_images": 2, "cosine_iterations": 400, "euclidean_steps": 50, "local_iterations": 200,
+        "ci": {"threads": 2, "attack_images": 2, "cosine_iterations": 400, "euclidean_steps": 50, "local_iterations": 150,
                # (epochs, images, batch size); the paper's rows use 8 images and 5 epochs.
                "table2_settings": ((1, 1, 1), (1, 4, 2), (1, 4, 4), (3, 1, 1), (3, 4, 4)), "table2_iterations": 150,
                "table2_width": 16,
@@ -121,7 +126,11 @@ IG = PAPERS.add("inverting_gradients", Paper(
                "depth_width": 8, "padding_width": 16, "padding_iterations": 400,
                "large_batch": 8, "large_batch_width": 16, "large_batch_iterations": 300, "recognisable": 3,
                "local_settings": {"1 step, lr 1e-4": (1, 1e-4), "3 steps, lr 1e-4": (3, 1e-4),
-                                  "3 steps, lr 1e-2": (3, 1e-2), "3 steps, lr 1e-1": (3, 1e-1)}},
+                                  "3 steps, lr 1e-2": (3, 1e-2), "3 steps, lr 1e-1": (3, 1e-1),
+                                  # The ci network's update still converges at 1e-1; at 1 it diverges.
+                                  "3 steps, lr 1": (3, 1.0)},
+               "local_roles": {"one step": "1 step, lr 1e-4", "many steps": "3 steps, lr 1e-4", "lr 1e-2": "3 steps, lr 1e-2",
+                               "lr 1e-1": "3 steps, lr 1e-1", "divergent": "3 steps, lr 1"}},
         "paper": {"threads": None, "attack_images": 8, "cosine_iterations": 4800, "euclidean_steps": 300, "local_iterations": 4800,
                   "table2_settings": ((1, 4, 2), (1, 8, 2), (1, 8, 8), (5, 1, 1), (5, 8, 8)), "table2_iterations": 4800,
                   "table2_width": 64,
@@ -129,7 +138,9 @@ IG = PAPERS.add("inverting_gradients", Paper(
                   "depth_width": 64, "padding_width": 64, "padding_iterations": 4800,
                   "large_batch": 100, "large_batch_width": 64, "large_batch_iterations": 4800, "recognisable": 5,
                   "local_settings": {"1 step, lr 1e-4": (1, 1e-4), "100 steps, lr 1e-4": (100, 1e-4),
-                                     "5 steps, lr 1e-2": (5, 1e-2), "5 steps, lr 1e-1": (5, 1e-1)}},
+                                     "5 steps, lr 1e-2": (5, 1e-2), "5 steps, lr 1e-1": (5, 1e-1)},
+                  "local_roles": {"one step": "1 step, lr 1e-4", "many steps": "100 steps, lr 1e-4", "lr 1e-2": "5 steps, lr 1e-2",
+                                  "lr 1e-1": "5 steps, lr 1e-1", "divergent": "5 steps, lr 1e-1"}},
     },
     reported={
         # Sec. 4 / Fig. 2: untrained shallow smooth network (DLG's setting) vs trained ResNet.

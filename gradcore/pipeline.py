@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import datetime
+import fcntl
 import hashlib
 import json
 import os
@@ -421,6 +422,13 @@ def record(root, chapter: str, profile: str, injected: dict, seconds: float, pat
     """Store the run in notebooks/status.json (last run per chapter and profile) and status.md."""
     root = Path(root)
     status_path = root / "notebooks" / "status.json"
+    # Chapters run in parallel each rewrite the whole file: hold a lock for the read-modify-write.
+    with open(status_path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _record_locked(root, status_path, chapter, profile, injected, seconds, path)
+
+
+def _record_locked(root: Path, status_path: Path, chapter: str, profile: str, injected: dict, seconds: float, path: Path) -> None:
     status = json.loads(status_path.read_text()) if status_path.exists() else {}
     torch_version, device = _device()
     params = {k: v for k, v in injected.items() if k != "profile"}
@@ -436,8 +444,15 @@ def record(root, chapter: str, profile: str, injected: dict, seconds: float, pat
         "device": device,
     }
     status = {c: dict(sorted(p.items())) for c, p in sorted(status.items())}
-    status_path.write_text(json.dumps(status, indent=1, sort_keys=True) + "\n")
+    _replace_text(status_path, json.dumps(status, indent=1, sort_keys=True) + "\n")
     write_status_page(root, status)
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """Write through a temporary file and rename it, so an interrupted run never leaves half a file."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
 
 
 def write_status_page(root, status: dict) -> None:
@@ -457,7 +472,7 @@ def write_status_page(root, status: dict) -> None:
                 f"| {chapter} | {profile} | {params} | {r['seconds']:.1f} s | {r['date']} | "
                 f"{r['device']} | {r['python']} / {r['torch']} |"
             )
-    (Path(root) / "notebooks" / "status.md").write_text("\n".join(rows) + "\n")
+    _replace_text(Path(root) / "notebooks" / "status.md", "\n".join(rows) + "\n")
 
 
 # -------------------------------------------------------------------------------------- freshness

@@ -48,3 +48,11 @@ def test_local_update_of_a_training_mode_batchnorm_model_leaves_its_statistics_a
     single = gradcore.gradients.batch_gradient(copy.deepcopy(model), inputs, labels)  # a copy may move its own statistics
     assert all(torch.allclose(u, 0.1 * g, atol=1e-6) for u, g in zip(update, single))
     assert all(torch.equal(before[name], b) for name, b in model.named_buffers())
+
+
+def test_a_defended_update_gives_context_aware_defenses_the_client():
+    """Soteria needs the client's model and data; a defended FedAvg update must pass them like a gradient does."""
+    case = _case()
+    result = case.attack("inverting_gradients", defense="soteria", defense_options={"prune": 0.5}, local={"lr": 0.01, "epochs": 1},
+                         iterations=2, record_every=1)
+    assert result.reconstruction.shape == case.inputs.shape

@@ -412,3 +412,21 @@ def test_failing_chapter_names_the_cell_and_leaves_the_notebook(repo):
     assert "ValueError: boom" in msg and "left untouched" in msg
     assert committed.read_text() == "{}\n"
     assert not (repo / "notebooks" / "status.json").exists()
+
+
+def _record_one(root, number):
+    pipeline.record(root, f"chapter-{number}", "ci", {"profile": "ci"}, 1.0, Path(root) / "notebooks" / f"chapter-{number}.ipynb")
+
+
+def test_status_records_from_parallel_runs_are_all_kept(tmp_path):
+    import multiprocessing
+
+    (tmp_path / "notebooks").mkdir()
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=_record_one, args=(str(tmp_path), number)) for number in range(8)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    status = json.loads((tmp_path / "notebooks" / "status.json").read_text())
+    assert sorted(status) == sorted(f"chapter-{number}" for number in range(8))
