@@ -332,6 +332,13 @@ def optimise(observation: Observation, dummy: torch.Tensor, optimizer: torch.opt
     so the recorded iterate is evaluated itself). On a non-finite objective or dummy the
     loop stops and the last finite reconstruction is returned with ``diverged=True``.
     The result's labels are the observation's; the caller replaces them if it learns its own.
+
+    L-BFGS can stall: its line search fails, no variable moves, and every later step
+    repeats the same computation (no movement leaves its curvature history and step
+    size as they were), spending up to ``max_iter`` evaluations each. After two
+    consecutive steps that leave every variable bitwise unchanged the loop stops and
+    records the remaining iterations with that fixed point, exactly what running them
+    would have recorded.
     """
     history, kept = _empty_history(observation), []
     record = _recorder(observation, history)
@@ -340,17 +347,30 @@ def optimise(observation: Observation, dummy: torch.Tensor, optimizer: torch.opt
     record(0, objective_at(last_good), last_good)
     if 0 in wanted:
         kept.append((0, last_good.clone()))
-    for iteration in tqdm(range(1, iterations + 1), desc=description, disable=not observation.progress,
-                          file=sys.stderr, mininterval=2.0, ncols=80):
+    variables = [p for group in optimizer.param_groups for p in group["params"]]
+    detect_stall, unmoved = type(optimizer) is torch.optim.LBFGS, 0  # a subclass may step differently
+    progress = tqdm(range(1, iterations + 1), desc=description, disable=not observation.progress, file=sys.stderr,
+                    mininterval=2.0, ncols=80)
+    for iteration in progress:
+        before = [v.detach().clone() for v in variables] if detect_stall else []
         objective = optimizer.step(closure)
         if not torch.isfinite(objective) or not torch.isfinite(dummy).all():
             diverged = True
             break
+        unmoved = unmoved + 1 if before and all(torch.equal(b, v) for b, v in zip(before, variables)) else 0
         last_good = dummy.detach().clone()
-        if iteration % record_every == 0 or iteration == iterations:
-            record(iteration, objective_at(last_good), last_good)
-        if iteration in wanted:
-            kept.append((iteration, last_good.clone()))
+        stalled = unmoved >= 2
+        value = None
+        for step in range(iteration, (iterations if stalled else iteration) + 1):
+            if step % record_every == 0 or step == iterations:
+                value = objective_at(last_good) if value is None else value  # the same iterate every time
+                record(step, value, last_good)
+            if step in wanted:
+                kept.append((step, last_good.clone()))
+        if stalled:
+            progress.update(iterations - iteration)
+            break
+    progress.close()
     return AttackResult(last_good, observation.labels, history, kept, diverged=diverged)
 
 

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from gradcore import attacks, gradients, models
+from gradcore import attacks, data, experiments, gradients, models
 from gradcore.attacks import AttackResult
 
 
@@ -344,3 +344,29 @@ def test_invalid_observations_raise(mlp_case, problem, fragment):
         shared = shared[:-1]
     with pytest.raises(ValueError, match=fragment):
         attacks.attack("dlg", model, shared, iterations=1, **options)
+
+
+def test_a_stalled_lbfgs_stops_early_and_records_what_a_full_run_records(monkeypatch):
+    """Once L-BFGS stops moving every later step repeats itself; the loop stops and fills in the same history."""
+    from gradcore import attacks as attack_module
+
+    class Unchecked(torch.optim.LBFGS):
+        """The same optimiser under another type: the loop does not check it for a stall."""
+
+    steps = []
+    original = torch.optim.LBFGS.step
+    monkeypatch.setattr(torch.optim.LBFGS, "step", lambda self, closure: steps.append(1) or original(self, closure))
+    case = experiments.scenario(data.load("digits", limit=50), "mlp", 1, seed=0, dtype=torch.float64, widths=(16,))
+    config = dict(iterations=40, line_search="strong_wolfe", snapshots=(25, 40), record_every=5)
+    fast = case.attack("dlg", optimiser="lbfgs", **config)
+    fast_steps, steps[:] = len(steps), []
+    # The registry's L-BFGS, same settings, as a type the loop does not check.
+    monkeypatch.setitem(attack_module.OPTIMISERS._entries, "lbfgs",
+                        lambda params, lr, max_iter=20, line_search=None: Unchecked(params, lr=lr, max_iter=max_iter, history_size=100,
+                                                                                   line_search_fn=line_search))
+    full = case.attack("dlg", optimiser="lbfgs", **config)
+    assert len(steps) == 40 and fast_steps < 40  # it did stall, and the check cut it short
+    assert torch.equal(fast.reconstruction, full.reconstruction)
+    assert fast.history == full.history
+    assert all(a == b and torch.equal(x, y) for (a, x), (b, y) in zip(fast.snapshots, full.snapshots))
+    assert fast.history["mse"][-1] < 1e-8  # it stalled at the solution, as DLG does on a small MLP
