@@ -8,12 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gradcore.pipeline import write_text_atomically
+
 
 def write_json(path: Path, result: dict) -> None:
-    """Write ``result`` to ``path`` through a ``.tmp`` file renamed when complete,
-    so an interrupted run never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(path.suffix + ".tmp")
-    temporary.write_text(json.dumps(result, indent=2) + "\n")
-    temporary.replace(path)
+    """Write ``result`` to ``path`` atomically: an interrupted run never leaves half a file."""
+    write_text_atomically(path, json.dumps(result, indent=2) + "\n")
     print(f"wrote {path}")

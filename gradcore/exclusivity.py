@@ -61,7 +61,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -532,17 +532,22 @@ def survey(network: DenseNetwork, images: np.ndarray, labels: np.ndarray, batch_
     return points
 
 
-def find_batch(network: DenseNetwork, images: np.ndarray, batch_size: int, state: str, rng: np.random.Generator,
-               tries: int = 200, first_relu: bool = True) -> np.ndarray:
-    """Indices of a random batch in the exclusivity ``state`` (deterministic given ``rng``); ``ValueError`` if none in ``tries``."""
-    if state not in STATES:
+def find_batch(network: DenseNetwork, images: np.ndarray, batch_size: int, state: str | Callable[[ExclusivityReport], bool],
+               rng: np.random.Generator, tries: int = 200, first_relu: bool = True) -> np.ndarray:
+    """Indices of a random batch in the exclusivity ``state`` (deterministic given ``rng``); ``ValueError`` if none in ``tries``.
+
+    ``state`` is one of :data:`STATES` or a test on the batch's :class:`ExclusivityReport`.
+    """
+    if isinstance(state, str) and state not in STATES:
         raise ValueError(f"unknown state {state!r}; known: {', '.join(STATES)}")
+    accept = state if callable(state) else (lambda report: report.state == state)
     images = np.asarray(images, dtype=np.float64).reshape(len(images), -1)
     for _ in range(tries):
         index = rng.choice(len(images), size=batch_size, replace=False)
-        if analyse(network, images[index], first_relu).state == state:
+        if accept(analyse(network, images[index], first_relu)):
             return index
-    raise ValueError(f"no {state} batch of size {batch_size} in {tries} draws on widths {network.widths}")
+    wanted = state if isinstance(state, str) else "matching"
+    raise ValueError(f"no {wanted} batch of size {batch_size} in {tries} draws on widths {network.widths}")
 
 
 def _single_thread():

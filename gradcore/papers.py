@@ -122,9 +122,6 @@ IG = PAPERS.add("inverting_gradients", Paper(
                # (epochs, images, batch size); the paper's rows use 8 images and 5 epochs.
                "table2_settings": ((1, 1, 1), (1, 4, 2), (1, 4, 4), (3, 1, 1), (3, 4, 4)), "table2_iterations": 150,
                "table2_width": 16,
-               # Table 2 rows that are exactly a local-steps run of Sec. 5 (same image, network, update and budget,
-               # since local_iterations == table2_iterations): reused rather than recomputed.
-               "table2_from_local": {(1, 1, 1): "1 step, lr 1e-4", (3, 1, 1): "3 steps, lr 1e-4"},
                "architecture_images": 2, "architecture_iterations": 200, "widths": (8, 32), "depths": (18, 34),
                "depth_width": 8, "padding_width": 16, "padding_iterations": 400,
                "large_batch": 8, "large_batch_width": 16, "large_batch_iterations": 300, "recognisable": 3,
@@ -136,7 +133,7 @@ IG = PAPERS.add("inverting_gradients", Paper(
                                "lr 1e-1": "3 steps, lr 1e-1", "divergent": "3 steps, lr 1"}},
         "paper": {"threads": None, "attack_images": 8, "cosine_iterations": 4800, "euclidean_steps": 300, "local_iterations": 4800,
                   "table2_settings": ((1, 4, 2), (1, 8, 2), (1, 8, 8), (5, 1, 1), (5, 8, 8)), "table2_iterations": 4800,
-                  "table2_width": 64, "table2_from_local": {},
+                  "table2_width": 64,
                   "architecture_images": 8, "architecture_iterations": 4800, "widths": (16, 32, 64, 128), "depths": (18, 34, 50),
                   "depth_width": 64, "padding_width": 64, "padding_iterations": 4800,
                   "large_batch": 100, "large_batch_width": 64, "large_batch_iterations": 4800, "recognisable": 5,

@@ -261,10 +261,15 @@ def write_notebook(nb, path: Path) -> None:
     text = nbformat.writes(nb)
     if not text.endswith("\n"):
         text += "\n"
+    write_text_atomically(path, text)
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write through a hidden temporary file renamed when complete, so an interrupted run never leaves half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
 
 
 # -------------------------------------------------------------------------------------- execution
@@ -444,15 +449,8 @@ def _record_locked(root: Path, status_path: Path, chapter: str, profile: str, in
         "device": device,
     }
     status = {c: dict(sorted(p.items())) for c, p in sorted(status.items())}
-    _replace_text(status_path, json.dumps(status, indent=1, sort_keys=True) + "\n")
+    write_text_atomically(status_path, json.dumps(status, indent=1, sort_keys=True) + "\n")
     write_status_page(root, status)
-
-
-def _replace_text(path: Path, text: str) -> None:
-    """Write through a temporary file and rename it, so an interrupted run never leaves half a file."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
 
 
 def write_status_page(root, status: dict) -> None:
@@ -472,7 +470,7 @@ def write_status_page(root, status: dict) -> None:
                 f"| {chapter} | {profile} | {params} | {r['seconds']:.1f} s | {r['date']} | "
                 f"{r['device']} | {r['python']} / {r['torch']} |"
             )
-    _replace_text(Path(root) / "notebooks" / "status.md", "\n".join(rows) + "\n")
+    write_text_atomically(Path(root) / "notebooks" / "status.md", "\n".join(rows) + "\n")
 
 
 # -------------------------------------------------------------------------------------- freshness

@@ -109,13 +109,7 @@ def test_not_insecure_at_a_lower_layer_is_reported():
     rng = np.random.default_rng(4)
     network = walkback.random_network((16, 4, 256, 5), rng)
     pool, pool_labels = _batch(rng, 200)
-    for _ in range(200):
-        index = rng.choice(200, 3, replace=False)
-        counts = ex.analyse(network, pool[index]).counts
-        if counts[1].min() >= 2 and counts[0].min() == 0:
-            break
-    else:
-        pytest.fail("no batch exclusive at the top and not at the bottom was drawn")
+    index = ex.find_batch(network, pool, 3, lambda report: report.counts[1].min() >= 2 and report.counts[0].min() == 0, rng)
     with pytest.raises(ex.NotInsecureError, match="no exclusive neuron at ReLU layer 1"):
         ex.reconstruct(network, walkback.gradients(network, pool[index], pool_labels[index]), 3)
 
@@ -223,11 +217,8 @@ def test_exclusive_sample_is_pinned():
     rng = np.random.default_rng(7)
     network = walkback.random_network((16, 4, 32, 5), rng)
     pool, pool_labels = _batch(rng, 100)
-    for _ in range(200):
-        index = rng.choice(100, 6, replace=False)
-        counts = ex.analyse(network, pool[index]).counts[0]
-        if 0 < (counts > 0).sum() < 6:
-            break
+    index = ex.find_batch(network, pool, 6, lambda report: 0 < (report.counts[0] > 0).sum() < 6, rng)
+    counts = ex.analyse(network, pool[index]).counts[0]
     sample_basis, input_basis = ex.perturbation_basis(network, pool[index], pool_labels[index])
     assert input_basis.shape == (16, 12)
     np.testing.assert_allclose(sample_basis[counts > 0], 0.0, atol=1e-12)
