@@ -35,7 +35,9 @@ def setup(seed: int = 0, threads: int | None = 2, deterministic: bool = True) ->
     """Seed every generator, fix the thread count and pick the device.
 
     A fixed thread count makes CPU reductions, and so every printed number, repeat
-    from run to run; that is what lets CI compare a chapter's outputs exactly.
+    from run to run on one machine. The environment variable ``GRADCORE_THREADS``
+    overrides ``threads`` (``gradcore drift`` uses it to measure how far the book's
+    numbers move with the thread count).
 
     Returns
     -------
@@ -46,6 +48,11 @@ def setup(seed: int = 0, threads: int | None = 2, deterministic: bool = True) ->
     np.random.seed(seed)
     torch.manual_seed(seed)
     os.environ.setdefault("PYTHONHASHSEED", str(seed))
+    override = os.environ.get("GRADCORE_THREADS", "").strip()
+    if override:
+        if not override.isdigit() or int(override) < 1:
+            raise ValueError(f"GRADCORE_THREADS must be a positive whole number, got {override!r}")
+        threads = int(override)
     if threads is not None:
         torch.set_num_threads(threads)
     if deterministic:
