@@ -11,15 +11,39 @@ import html
 import math
 from dataclasses import dataclass
 
+from .reproducibility import TABLE_MIME
 
-def _format(value) -> str:
+
+def format_value(value) -> str:
+    """How a table prints a value: yes/no, 4 significant digits (3 in scientific notation)."""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
         if value == 0 or math.isnan(value) or math.isinf(value):
             return f"{value:g}"
-        return f"{value:.3g}" if (abs(value) < 1e-3 or abs(value) >= 1e4) else f"{value:.4g}"
+        text = f"{value:.3g}" if (abs(value) < 1e-3 or abs(value) >= 1e4) else f"{value:.4g}"
+        # A measured float always shows its decimal point: the output check compares bare integers
+        # (counts) exactly and decimals within a tolerance, so 1171.3 must not print as "1171".
+        return text if ("." in text or "e" in text) else text + ".0"
     return str(value)
+
+
+def bounded(value: float, diverged_above: float = 1e3):
+    """``value`` as a table should show it: beyond ``diverged_above`` (or not finite), "diverged".
+
+    How far a diverging optimiser has run off (1.9e5 here, 4e7 on another CPU) is set by the
+    machine's last bits and says nothing beyond "diverged"; printing it would make the book
+    irreproducible without telling the reader anything.
+    """
+    if not math.isfinite(value) or abs(value) > diverged_above:
+        return f"diverged (> {diverged_above:g})"
+    return value
+
+
+def _mimebundle(title: str, header: list, rows: list, exact: list, plain: str, html_text: str) -> dict:
+    """Text, HTML and the cells as JSON (what ``gradcore check`` compares, see reproducibility)."""
+    table = {"title": title, "header": list(header), "rows": rows, "exact": exact}
+    return {"text/plain": plain, "text/html": html_text, TABLE_MIME: table}
 
 
 @dataclass
@@ -53,19 +77,19 @@ class Claims:
 
     def at_most(self, claim: str, paper, reproduced: float, bound: float) -> None:
         """The reproduced value must not exceed ``bound``."""
-        self.add(claim, paper, reproduced, reproduced <= bound, f"<= {_format(bound)}")
+        self.add(claim, paper, reproduced, reproduced <= bound, f"<= {format_value(bound)}")
 
     def at_least(self, claim: str, paper, reproduced: float, bound: float) -> None:
         """The reproduced value must reach ``bound``."""
-        self.add(claim, paper, reproduced, reproduced >= bound, f">= {_format(bound)}")
+        self.add(claim, paper, reproduced, reproduced >= bound, f">= {format_value(bound)}")
 
     def close_to(self, claim: str, paper: float, reproduced: float, tolerance: float) -> None:
         """The reproduced value must lie within ``tolerance`` of the paper's."""
-        self.add(claim, paper, reproduced, abs(reproduced - paper) <= tolerance, f"within {_format(tolerance)} of paper")
+        self.add(claim, paper, reproduced, abs(reproduced - paper) <= tolerance, f"within {format_value(tolerance)} of paper")
 
     def less(self, claim: str, paper, smaller: float, larger: float, names: tuple[str, str] = ("a", "b")) -> None:
         """An ordering the paper claims: ``smaller < larger``."""
-        self.add(claim, paper, f"{names[0]} {_format(smaller)} < {names[1]} {_format(larger)}", smaller < larger, "ordering")
+        self.add(claim, paper, f"{names[0]} {format_value(smaller)} < {names[1]} {format_value(larger)}", smaller < larger, "ordering")
 
     def not_reproduced(self, claim: str, paper, reproduced, reason: str) -> None:
         """A claim the chapter's setting does not reproduce: listed with the reason, not asserted."""
@@ -78,16 +102,21 @@ class Claims:
     def check(self) -> "Claims":
         """Raise ``AssertionError`` naming every claim that does not hold."""
         if self.failures:
-            lines = "; ".join(f"{row.claim} (paper {_format(row.paper)}, reproduced {_format(row.reproduced)}, {row.test})"
+            lines = "; ".join(f"{row.claim} (paper {format_value(row.paper)}, reproduced {format_value(row.reproduced)}, {row.test})"
                               for row in self.failures)
             raise AssertionError(f"{len(self.failures)} of {len(self.rows)} claims do not hold: {lines}")
         return self
 
     def _cells(self) -> list[list[str]]:
         verdict = {True: "yes", False: "NO", None: "n/a"}
-        return [[row.claim, _format(row.paper), _format(row.reproduced), row.test, verdict[row.holds]] for row in self.rows]
+        return [[row.claim, format_value(row.paper), format_value(row.reproduced), row.test, verdict[row.holds]] for row in self.rows]
 
     _header = ["claim", "paper", "reproduced", "test", "holds"]
+    #: Compared exactly across machines: the paper's value and the verdict.
+    _exact = [1, 4]
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        return _mimebundle(self.title, self._header, self._cells(), self._exact, repr(self), self._repr_html_())
 
     def __repr__(self) -> str:
         rows = [self._header] + self._cells()
@@ -108,7 +137,11 @@ class Table:
 
     def __init__(self, title: str, header: list[str], rows: list[list]):
         self.title, self.header = title, header
-        self.rows = [[_format(c) for c in row] for row in rows]
+        self.rows = [[format_value(c) for c in row] for row in rows]
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        return _mimebundle(self.title, [str(h) for h in self.header], [[str(c) for c in row] for row in self.rows],
+                           [], repr(self), self._repr_html_())
 
     def __repr__(self) -> str:
         rows = [self.header] + self.rows

@@ -3,7 +3,9 @@
     gradcore list                                   chapters and their parameters
     gradcore run CHAPTER [--profile ci|paper] [-p NAME VALUE ...]
     gradcore build [--no-execute]                   execute every chapter (ci), build _build/html
-    gradcore check                                  freshness, nbval, strict build, browser check
+    gradcore check [--exact]                        freshness, nbval, strict build, browser check
+    gradcore drift run LABEL [VAR=VALUE ...]        execute every chapter on another float path
+    gradcore drift report [LABEL ...]               how far those runs moved from notebooks/
 """
 
 from __future__ import annotations
@@ -69,12 +71,19 @@ def build_book(root: Path) -> None:
     _subprocess([_tool("jupyter-book"), "build", str(root), "--all", "-W", "--keep-going", "-q"], root)
 
 
-def nbval(root: Path) -> None:
+def nbval(root: Path, exact: bool = False) -> None:
+    """Re-execute the committed notebooks and compare their outputs.
+
+    By default within each chapter's declared tolerance (:mod:`gradcore.nbval_tolerance`);
+    ``exact``: character by character, for refactoring on the machine that made them.
+    """
     notebooks = sorted(str(p.relative_to(root)) for p in (root / "notebooks").glob("*.ipynb"))
     if not notebooks:
         raise pipeline.PipelineError("no executed notebooks in notebooks/: run `gradcore build`")
     cmd = [sys.executable, "-m", "pytest", "--nbval", *notebooks, "--nbval-current-env",
            "--nbval-sanitize-with", SANITIZE, "-p", "no:cacheprovider"]
+    if not exact:
+        cmd += ["-p", "gradcore.nbval_tolerance"]
     with pipeline.kernel_env("ci") as env:
         _subprocess(cmd, root, env)
 
@@ -130,7 +139,8 @@ def cmd_build(root: Path, args) -> int:
 
 def cmd_check(root: Path, args) -> int:
     t0 = time.perf_counter()
-    steps = [("freshness", fresh), ("nbval", nbval), ("jupyter-book build -W", build_book),
+    compare = ("nbval (bit-exact)", lambda r: nbval(r, exact=True)) if args.exact else ("nbval", nbval)
+    steps = [("freshness", fresh), compare, ("jupyter-book build -W", build_book),
              ("browser check", browser)]
     failed = []
     for label, fn in steps:
@@ -149,6 +159,62 @@ def cmd_check(root: Path, args) -> int:
         return 1
     print(f"check passed in {total:.1f} s")
     return 0
+
+
+DRIFT_DIR = Path("notebooks") / "drift"
+
+
+def cmd_drift(root: Path, args) -> int:
+    if args.action == "run":
+        return _drift_run(root, args.label, args.items)
+    return _drift_report(root, [args.label, *args.items] if args.label else [])
+
+
+def _drift_run(root: Path, label: str | None, assignments: list[str]) -> int:
+    if not label or not label.replace("-", "").replace("_", "").isalnum():
+        raise pipeline.PipelineError(f"drift run needs a LABEL of letters, digits, - and _ (got {label!r})")
+    environment = {}
+    for item in assignments:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise pipeline.PipelineError(f"drift run: {item!r} is not VAR=VALUE")
+        environment[name] = value
+    out = root / DRIFT_DIR / label
+    for chapter in pipeline.chapters(root):
+        _timed(f"run {chapter} [{label}: {' '.join(assignments) or 'default float path'}]",
+               pipeline.execute, root, chapter, "ci", {}, output=out / f"{chapter}.ipynb", environment=environment)
+    print(f"wrote {out.relative_to(root)}/: compare with `gradcore drift report {label}`")
+    return 0
+
+
+def _drift_report(root: Path, labels: list[str]) -> int:
+    from . import reproducibility
+
+    base = root / DRIFT_DIR
+    labels = labels or sorted(p.name for p in base.glob("*") if p.is_dir())
+    if not labels:
+        raise pipeline.PipelineError(f"no drift runs in {DRIFT_DIR}/: `gradcore drift run LABEL VAR=VALUE ...` first")
+    clean = reproducibility.sanitizer(root / SANITIZE)
+    failed = 0
+    for label in labels:
+        if not (base / label).is_dir():
+            raise pipeline.PipelineError(f"no drift run {label!r} in {DRIFT_DIR}/")
+        report = reproducibility.measure_drift(root / "notebooks", base / label, label, clean)
+        print(f"\n== {label}: largest move per chapter and kind of number (committed -> {label})")
+        print(f"   {'chapter':<20} {'kind':<10} {'moved':>10} {'allowed':>22}  where")
+        for chapter, kinds in report.largest().items():
+            import nbformat
+
+            tolerance = reproducibility.chapter_tolerance(nbformat.read(root / "notebooks" / f"{chapter}.ipynb", 4).metadata)
+            for kind, (size, drift) in sorted(kinds.items()):
+                moved = f"{size:.3g} dB" if kind == "decibels" else f"{size:.3g}" if kind == "fraction" else f"{100 * size:.3g}%"
+                print(f"   {chapter:<20} {kind:<10} {moved:>10} {tolerance.describe(kind):>22}  "
+                      f"{drift.where[:70]}: {drift.stored:g} -> {drift.new:g}")
+        for chapter, differences in report.differences.items():
+            for difference in differences:
+                failed += 1
+                print(f"   {chapter}: not a number drift: {difference}")
+    return 1 if failed else 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -173,7 +239,19 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_build)
 
     p = sub.add_parser("check", help="freshness, nbval, jupyter-book build -W, browser check")
+    p.add_argument("--exact", action="store_true",
+                   help="compare outputs character by character (only the machine type that made them passes)")
     p.set_defaults(fn=cmd_check)
+
+    p = sub.add_parser("drift", help="measure how far the chapters' numbers move on another float path",
+                       description="`drift run LABEL VAR=VALUE ...` executes every chapter (ci) with those environment "
+                                   "variables (e.g. ATEN_CPU_CAPABILITY=default, MKL_CBWR=COMPATIBLE, GRADCORE_THREADS=1) "
+                                   "into notebooks/drift/LABEL/; `drift report [LABEL ...]` prints, per chapter and kind "
+                                   "of number, the largest move from the committed notebooks beside the declared tolerance.")
+    p.add_argument("action", choices=("run", "report"))
+    p.add_argument("label", nargs="?")
+    p.add_argument("items", nargs="*", metavar="VAR=VALUE")
+    p.set_defaults(fn=cmd_drift)
     return ap
 
 

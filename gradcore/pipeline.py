@@ -242,7 +242,8 @@ def normalise(nb, source: str = "", profile: str = DEFAULT_PROFILE):
     md.pop("jupytext", None)
     pm = md.pop("papermill", {}) or {}
     md["papermill"] = {"parameters": pm.get("parameters", {})}
-    md["gradcore"] = {"source": source, "profile": profile}
+    # The chapter's own gradcore metadata (its declared output tolerance) travels with it.
+    md["gradcore"] = {**(md.get("gradcore") or {}), "source": source, "profile": profile}
     seen: dict = {}
     for cell in nb.cells:
         for key in _VOLATILE_CELL_METADATA:
@@ -276,13 +277,15 @@ def write_text_atomically(path: Path, text: str) -> None:
 
 
 @contextlib.contextmanager
-def kernel_env(profile: str = DEFAULT_PROFILE):
+def kernel_env(profile: str = DEFAULT_PROFILE, environment: dict | None = None):
     """The environment every kernel runs in: papermill's here, nbval's in ``gradcore check``.
 
     The same thread count and hash seed on both sides keep printed numbers identical.
     ``MPLBACKEND=Agg`` would make inline figures vanish from the outputs, so it is dropped.
+    ``environment`` adds variables (a drift measurement's float path).
     """
     saved = dict(os.environ)
+    os.environ.update(environment or {})
     os.environ["GRADCORE_PROFILE"] = profile
     os.environ.setdefault("PYTHONHASHSEED", "0")
     os.environ.setdefault("OMP_NUM_THREADS", "2")
@@ -338,8 +341,13 @@ def _locate(root: Path, src: Path, nb, index: int, exc) -> str:
 
 
 def execute(root, chapter: str, profile: str = DEFAULT_PROFILE, parameters: dict | None = None,
-            quiet: bool = False) -> Path:
-    """Execute one chapter; write and return its normalised notebook. Raises PipelineError."""
+            quiet: bool = False, output: Path | None = None, environment: dict | None = None) -> Path:
+    """Execute one chapter; write and return its normalised notebook. Raises PipelineError.
+
+    ``output``: write there instead of ``notebooks/`` and leave the Status page alone (a drift
+    measurement, not a run of the book); ``environment``: variables the kernel runs with
+    (``ATEN_CPU_CAPABILITY``, ``MKL_CBWR``, ``GRADCORE_THREADS``: another float path).
+    """
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
@@ -347,7 +355,7 @@ def execute(root, chapter: str, profile: str = DEFAULT_PROFILE, parameters: dict
     src = chapter_source(root, chapter)
     nb = read_source(src)
     _, inject = _resolve(chapter, nb, profile, dict(parameters or {}))
-    out = output_path(root, chapter, profile, inject)
+    out = Path(output) if output is not None else output_path(root, chapter, profile, inject)
     nbdir = root / "notebooks"
     nbdir.mkdir(exist_ok=True)
     param_index = parameters_cell_index(nb, chapter)
@@ -366,7 +374,7 @@ def execute(root, chapter: str, profile: str = DEFAULT_PROFILE, parameters: dict
             print(f"   {seconds:7.1f} s  cell {source_index(cell_index)}  `{_first_line(cell.source)}`", flush=True)
 
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="gradcore-") as tmp, kernel_env(profile):
+    with tempfile.TemporaryDirectory(prefix="gradcore-") as tmp, kernel_env(profile, environment):
         log = Path(tmp) / "kernel.log"
         try:
             with _stderr_to(log):
@@ -395,7 +403,8 @@ def execute(root, chapter: str, profile: str = DEFAULT_PROFILE, parameters: dict
             ) from None
     seconds = time.perf_counter() - t0
     write_notebook(normalise(result, str(src.relative_to(root)), profile), out)
-    record(root, chapter, profile, inject, seconds, out)
+    if output is None:
+        record(root, chapter, profile, inject, seconds, out)
     return out
 
 
@@ -404,23 +413,45 @@ def execute(root, chapter: str, profile: str = DEFAULT_PROFILE, parameters: dict
 
 _device_cache: list = []
 
+#: Environment variables that change the CPU's floating-point path (and so the printed numbers).
+FLOAT_PATH_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "GRADCORE_THREADS", "OMP_NUM_THREADS")
 
-def _device() -> tuple[str, str]:
-    """(torch version, device the chapters run on): "cpu" or the GPU's name."""
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _device() -> dict:
+    """Where the numbers come from: torch version, device, CPU, torch's SIMD level and BLAS.
+
+    The committed notebooks reproduce bit for bit only on the same float path; the Status page
+    shows it so a reader knows where the committed numbers came from.
+    """
     if not _device_cache:
+        found = {"torch": "none", "device": "cpu", "cpu": _cpu_model(), "capability": "n/a", "blas": "n/a"}
         try:
-            version = metadata.version("torch")
-        except metadata.PackageNotFoundError:
-            _device_cache.append(("none", "cpu"))
-        else:
-            try:
-                import torch
+            found["torch"] = metadata.version("torch")
+            import torch
 
-                dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-            except Exception:  # a broken CUDA setup still runs on the cpu
-                dev = "cpu"
-            _device_cache.append((version, dev))
-    return _device_cache[0]
+            found["capability"] = torch.backends.cpu.get_cpu_capability()
+            config = torch.__config__.show()
+            blas = re.search(r"BLAS_INFO=(\w+)", config)
+            mkl = re.search(r"Math Kernel Library Version ([\w.]+)", config)
+            found["blas"] = (blas.group(1) if blas else "unknown") + (f" {mkl.group(1)}" if mkl else "")
+            found["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+        except metadata.PackageNotFoundError:
+            pass
+        except Exception:  # a broken CUDA setup still runs on the cpu
+            pass
+        _device_cache.append(found)
+    environment = {key: os.environ[key] for key in FLOAT_PATH_VARIABLES if key in os.environ}
+    return {**_device_cache[0], "float_path": " ".join(f"{k}={v}" for k, v in environment.items()) or "default"}
 
 
 def record(root, chapter: str, profile: str, injected: dict, seconds: float, path: Path) -> None:
@@ -435,7 +466,7 @@ def record(root, chapter: str, profile: str, injected: dict, seconds: float, pat
 
 def _record_locked(root: Path, status_path: Path, chapter: str, profile: str, injected: dict, seconds: float, path: Path) -> None:
     status = json.loads(status_path.read_text()) if status_path.exists() else {}
-    torch_version, device = _device()
+    machine = _device()
     params = {k: v for k, v in injected.items() if k != "profile"}
     status.setdefault(chapter, {})[profile] = {
         "chapter": chapter,
@@ -445,8 +476,7 @@ def _record_locked(root: Path, status_path: Path, chapter: str, profile: str, in
         "seconds": round(seconds, 1),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "python": platform.python_version(),
-        "torch": torch_version,
-        "device": device,
+        **machine,
     }
     status = {c: dict(sorted(p.items())) for c, p in sorted(status.items())}
     write_text_atomically(status_path, json.dumps(status, indent=1, sort_keys=True) + "\n")
@@ -460,15 +490,20 @@ def write_status_page(root, status: dict) -> None:
         "The last execution of each chapter: the book shows the `ci` notebooks; `paper` runs are in",
         "`notebooks/paper/`. Regenerate with `gradcore run CHAPTER` or `make book`.",
         "",
-        "| Chapter | Profile | Parameters | Execution time | Date | Device | Python / torch |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "Printed numbers reproduce bit for bit only on the same floating-point path (CPU, torch's",
+        "SIMD level, BLAS, threads); elsewhere `gradcore check` compares them within each chapter's",
+        "declared tolerance (README, \"Testing\").",
+        "",
+        "| Chapter | Profile | Parameters | Execution time | Date | Device | CPU | SIMD / BLAS | Float path | Python / torch |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for chapter, profiles in status.items():
         for profile, r in profiles.items():
             params = ", ".join(f"`{k}={v!r}`" for k, v in r.get("parameters", {}).items()) or "default"
             rows.append(
                 f"| {chapter} | {profile} | {params} | {r['seconds']:.1f} s | {r['date']} | "
-                f"{r['device']} | {r['python']} / {r['torch']} |"
+                f"{r['device']} | {r.get('cpu', 'not recorded')} | {r.get('capability', '?')} / {r.get('blas', '?')} | "
+                f"{r.get('float_path', 'not recorded')} | {r['python']} / {r['torch']} |"
             )
     write_text_atomically(Path(root) / "notebooks" / "status.md", "\n".join(rows) + "\n")
 
@@ -477,7 +512,8 @@ def write_status_page(root, status: dict) -> None:
 
 
 def _cell_key(cell) -> tuple:
-    return cell.cell_type, cell.source.rstrip("\n"), tuple(sorted(_tags(cell)))
+    tolerance = json.dumps(cell.get("metadata", {}).get("tolerance"), sort_keys=True)
+    return cell.cell_type, cell.source.rstrip("\n"), tuple(sorted(_tags(cell))), tolerance
 
 
 def freshness(root) -> list[str]:
@@ -506,12 +542,19 @@ def freshness(root) -> list[str]:
                 f"CI checks the ci profile with default parameters: {rerun}"
             )
             continue
-        source_cells = [_cell_key(c) for c in read_source(src).cells]
+        source = read_source(src)
+        declared = (source.metadata.get("gradcore") or {}).get("tolerance")
+        if declared != (executed.metadata.get("gradcore") or {}).get("tolerance"):
+            problems.append(f"{name}: the output tolerance in {src.relative_to(root)}'s front matter differs "
+                            f"from {path.relative_to(root)}'s; {rerun}")
+            continue
+        source_cells = [_cell_key(c) for c in source.cells]
         executed_cells = [_cell_key(c) for c in executed.cells]
         for i, (a, b) in enumerate(zip(source_cells, executed_cells)):
             if a != b:
                 what = a[0] if a[0] == b[0] else f"{a[0]} in the source, {b[0]} in the notebook"
-                detail = "tags differ" if a[:2] == b[:2] else f"source has `{_first_line(a[1])}`"
+                detail = (f"source has `{_first_line(a[1])}`" if a[:2] != b[:2]
+                          else "tags differ" if a[2] != b[2] else "tolerance differs")
                 problems.append(
                     f"{name}: cell {i} ({what}) differs from {src.relative_to(root)} ({detail}); {rerun}"
                 )

@@ -36,8 +36,8 @@ def test_tests_are_described():
     table.close_to("c", 89.9, 90.0, 5.0)
     table.less("d", "ordering", 1.0, 2.0, names=("dlg", "idlg"))
     table.add("e", "p", "r", holds=1)
-    assert [row.test for row in table.rows] == ["<= 1e-12", ">= 95", "within 5 of paper", "ordering", ""]
-    assert table.rows[3].reproduced == "dlg 1 < idlg 2"
+    assert [row.test for row in table.rows] == ["<= 1e-12", ">= 95", "within 5.0 of paper", "ordering", ""]
+    assert table.rows[3].reproduced == "dlg 1.0 < idlg 2.0"
     assert table.rows[4].holds is True
 
 
@@ -57,7 +57,7 @@ def test_check_names_every_failure():
     message = str(caught.value)
     assert message.startswith("2 of 3 claims do not hold: ")
     assert "closed form is exact (paper exact, reproduced 0.5, <= 1e-12)" in message
-    assert "DLG label accuracy (paper 89.9, reproduced 50, within 5 of paper)" in message
+    assert "DLG label accuracy (paper 89.9, reproduced 50.0, within 5.0 of paper)" in message
     assert "labels are right" not in message
 
 
@@ -90,14 +90,14 @@ def test_html_escapes_cells():
     (0.5, "0.5"), (89.9, "89.9"), (1.23456, "1.235"), (12345.0, "1.23e+04"), (7, "7"), ("exact", "exact"),
 ])
 def test_number_formatting(value, text):
-    assert claims._format(value) == text
+    assert claims.format_value(value) == text
 
 
 def test_results_table():
     table = claims.Table("Results", ["batch", "psnr"], [[1, 41.234567], [4, 12.0]])
     lines = repr(table).splitlines()
     assert lines[0] == "Results" and lines[1].split() == ["batch", "psnr"]
-    assert lines[3].split() == ["1", "41.23"] and lines[4].split() == ["4", "12"]
+    assert lines[3].split() == ["1", "41.23"] and lines[4].split() == ["4", "12.0"]
     assert table._repr_html_().count("<tr>") == 3
 
 
@@ -136,3 +136,10 @@ def test_local_step_labels_are_consistent(profile):
     settings = papers.IG.settings(profile)
     assert set(settings.local_roles.values()) <= set(settings.local_settings)
     assert set(settings.local_settings) <= set(settings.paper_equivalent)
+
+
+def test_diverged_magnitudes_print_as_diverged():
+    assert claims.bounded(0.031) == 0.031 and claims.bounded(-999.0) == -999.0
+    assert claims.bounded(1.9e5) == claims.bounded(4e7) == "diverged (> 1000)"
+    assert claims.bounded(float("nan")) == "diverged (> 1000)"
+    assert claims.bounded(float("inf"), 10) == "diverged (> 10)"

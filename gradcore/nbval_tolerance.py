@@ -1,0 +1,51 @@
+"""nbval with the book's reproducibility rules: ``pytest --nbval -p gradcore.nbval_tolerance``.
+
+nbval re-executes every notebook and compares each cell's outputs with the committed ones,
+character by character. This plugin keeps nbval as the runner (kernel, cell order, per-cell
+reports, the sanitize file) and replaces only that comparison by
+:func:`gradcore.reproducibility.compare_outputs`: text and integers exactly, decimals
+within the tolerance their chapter declares for their kind. A failure names the notebook,
+the cell, the number, the committed and the new value and the tolerance.
+
+``gradcore check --exact`` runs nbval without this plugin: bit-exact, for refactoring on
+the machine type that produced the notebooks.
+"""
+
+from __future__ import annotations
+
+import nbval.plugin as _nbval
+
+from . import reproducibility
+
+#: nbval's version the cell class below was written against (its comparison hook is not public).
+SUPPORTED_NBVAL = ("0.11",)
+
+
+def compare_outputs(self, test, ref, skip_compare=None):
+    """nbval's cell comparison, by :mod:`gradcore.reproducibility` (same signature and contract)."""
+    notebook = self.parent.nb
+    chapter = reproducibility.chapter_tolerance(notebook.metadata)
+    tolerance = reproducibility.cell_tolerance(chapter, self.cell.metadata)
+    differences = reproducibility.compare_outputs(ref, test, tolerance, sanitize=self.sanitize)
+    self.comparison_traceback = []
+    if not differences:
+        return True
+    cc = self.colors
+    self.comparison_traceback.append(
+        cc.FAIL + f"{len(differences)} output(s) of {self.fspath.basename} cell {self.cell_num} "
+        "do not reproduce (committed -> this run):" + cc.ENDC)
+    self.comparison_traceback.extend(f"  {difference}" for difference in differences[:20])
+    if len(differences) > 20:
+        self.comparison_traceback.append(f"  ... and {len(differences) - 20} more")
+    return False
+
+
+def pytest_configure(config):
+    import nbval
+
+    if not nbval.__version__.startswith(SUPPORTED_NBVAL):
+        raise RuntimeError(f"gradcore.nbval_tolerance supports nbval {SUPPORTED_NBVAL}, found {nbval.__version__}; "
+                           "pin nbval as constraints.txt does")
+    # nbval has no hook for its comparison, and its cell class calls itself by its module-level
+    # name (so a subclass put in its place would recurse): replace the one method instead.
+    _nbval.IPyNbCell.compare_outputs = compare_outputs
