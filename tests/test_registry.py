@@ -74,7 +74,7 @@ def test_unknown_name_in_empty_registry():
 @pytest.mark.parametrize("registry, expected", [
     (gradcore.ATTACKS, {"closed_form", "dlg", "idlg"}),
     (gradcore.DEFENSES, {"none", "noise", "clip", "dp"}),
-    (gradcore.METRICS, {"mse", "psnr", "ssim", "lpips"}),
+    (gradcore.METRICS, {"mse", "psnr", "ssim", "lpips", "lpips_vgg"}),
     (gradcore.MODELS, {"linear_unit", "mlp", "lenet", "convnet", "resnet"}),
     (gradcore.DATASETS, {"digits", "photos", "cifar10", "cifar100", "imagefolder"}),
     (gradcore.gradients.LOSSES, {"cross_entropy", "half_squared_error"}),
