@@ -40,9 +40,10 @@ def bounded(value: float, diverged_above: float = 1e3):
     return value
 
 
-def _mimebundle(title: str, header: list, rows: list, exact: list, plain: str, html_text: str) -> dict:
+def _mimebundle(title: str, header: list, rows: list, exact: list, plain: str, html_text: str,
+                rows_say_kind: bool = False) -> dict:
     """Text, HTML and the cells as JSON (what ``gradcore check`` compares, see reproducibility)."""
-    table = {"title": title, "header": list(header), "rows": rows, "exact": exact}
+    table = {"title": title, "header": list(header), "rows": rows, "exact": exact, "rows_say_kind": rows_say_kind}
     return {"text/plain": plain, "text/html": html_text, TABLE_MIME: table}
 
 
@@ -116,7 +117,8 @@ class Claims:
     _exact = [1, 4]
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        return _mimebundle(self.title, self._header, self._cells(), self._exact, repr(self), self._repr_html_())
+        return _mimebundle(self.title, self._header, self._cells(), self._exact, repr(self), self._repr_html_(),
+                           rows_say_kind=True)
 
     def __repr__(self) -> str:
         rows = [self._header] + self._cells()

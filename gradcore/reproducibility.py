@@ -46,7 +46,7 @@ NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 #: Kinds of printed number and the words that announce them (matched case-insensitively).
 KINDS: tuple[tuple[str, re.Pattern], ...] = (
     ("decibels", re.compile(r"psnr|\bdb\b", re.I)),
-    ("fraction", re.compile(r"ssim|accura|\bacc\b|cosine|lpips|\bshare|fraction|probabilit", re.I)),
+    ("fraction", re.compile(r"ssim|accura|\bacc\b|cosine sim|lpips|\bshare|fraction|probabilit", re.I)),
     ("magnitude", re.compile(r"mse|loss|error|distance|residual|norm\b|norms\b|gap|growth|condition", re.I)),
 )
 KIND_NAMES = ("decibels", "fraction", "magnitude", "other")
@@ -71,7 +71,8 @@ class Tolerance:
     other : float
         Relative, for every other decimal number.
     roundoff : float
-        Numbers at most this large in both runs are equal.
+        Numbers at most this large in both runs are equal, and so are two PSNRs at or above
+        ``10 log10(1 / roundoff)`` dB (an MSE at round-off level, however many dB it prints as).
     """
 
     decibels: float = 0.0
@@ -110,10 +111,17 @@ class Tolerance:
             return False
         if max(abs(stored), abs(new)) <= self.roundoff:
             return True
+        if kind == "decibels" and self.roundoff > 0 and min(stored, new) >= self.exact_decibels:
+            return True
         difference = abs(stored - new)
         if kind in ("decibels", "fraction"):
             return difference <= getattr(self, kind) * (1 + 1e-9)
         return difference <= getattr(self, kind) * max(abs(stored), abs(new)) * (1 + 1e-9)
+
+    @property
+    def exact_decibels(self) -> float:
+        """The PSNR of an MSE at the round-off floor: beyond it a reconstruction is exact."""
+        return -10 * math.log10(self.roundoff) if self.roundoff > 0 else math.inf
 
     def describe(self, kind: str) -> str:
         value = getattr(self, kind)
@@ -257,17 +265,29 @@ def _compare_line(stored: str, new: str, tolerance: Tolerance, where: str, fallb
             if drifts is not None:
                 drifts.append(Drift(where, kind, value_a, value_b))
         else:
-            allowed = tolerance.describe(kind) + (f", or both <= {tolerance.roundoff:g}" if tolerance.roundoff else "")
+            allowed = tolerance.describe(kind) + _floor(tolerance, kind)
             differences.append(Difference(where, token_a, token_b, kind, allowed, stored))
     return differences
+
+
+def _floor(tolerance: Tolerance, kind: str) -> str:
+    if not tolerance.roundoff:
+        return ""
+    if kind == "decibels":
+        return f", or both >= {tolerance.exact_decibels:g} dB (exact)"
+    return f", or both <= {tolerance.roundoff:g}"
 
 
 def compare_table(stored: Mapping, new: Mapping, tolerance: Tolerance, where: str = "table",
                   drifts: list | None = None) -> list[Difference]:
     """Compare two gradcore tables (:data:`TABLE_MIME`) cell by cell.
 
+    The JSON holds ``title``, ``header``, ``rows`` (printed cells), ``exact`` (column indices) and
+    ``rows_say_kind`` (a claims table: each row's claim says what its numbers measure).
+
     Columns listed in ``exact`` (a claims table's paper values and verdicts) compare as text;
-    the other cells take the kind of their column header, row label or title, in that order.
+    the other cells take the kind named by their own words, else their column header, else the
+    title (a claims table: the claim), else the row label.
     """
     title = str(stored.get("title", ""))
     differences = compare_text(title, str(new.get("title", "")), tolerance, f"{where}, title", (), drifts)
@@ -285,8 +305,11 @@ def compare_table(stored: Mapping, new: Mapping, tolerance: Tolerance, where: st
                 if cell_a != cell_b:
                     differences.append(Difference(place, str(cell_a), str(cell_b), "text", "exact (paper value or verdict)"))
                 continue
-            # A cell's own words come first ("PSNR 17.2 < 18.4"), then its column, its row, the title.
-            contexts = (header[c] if c < len(header) else "", label if c else "", title)
+            # A cell's own words come first ("PSNR 17.2 < 18.4"), then its column and the title (which
+            # name the metric); a row label names a thing ("cosine + TV"), a claim says what it measures.
+            row = label if c else ""
+            column = header[c] if c < len(header) else ""
+            contexts = (column, row, title) if stored.get("rows_say_kind") else (column, title, row)
             differences += _compare_line(str(cell_a), str(cell_b), tolerance, place, contexts, drifts)
         if len(row_a) != len(row_b):
             differences.append(Difference(f"{where}, row {r + 1}", f"{len(row_a)} cells", f"{len(row_b)} cells", "text", "same columns"))
@@ -346,7 +369,9 @@ def compare_outputs(stored: Sequence[Mapping], new: Sequence[Mapping], tolerance
             if key == TABLE_MIME:
                 differences += compare_table(a, b, tolerance, f"table {a.get('title', '')[:60]!r}", drifts)
             else:
-                differences += compare_text(a, b, tolerance, where, (), drifts)
+                # A displayed object's first line is its title ("PSNR per attack and defense").
+                title = (a.split("\n", 1)[0],) if key == "text/plain" else ()
+                differences += compare_text(a, b, tolerance, where, title, drifts)
     return differences
 
 

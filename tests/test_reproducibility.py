@@ -60,6 +60,9 @@ def test_roundoff_is_not_a_result():
     assert compare_text("walked back (MSE) 1.01e-33", "walked back (MSE) 6.38e-34", TOLERANCE) == []
     assert compare_text("relative error 2.22e-16", "relative error 4.44e-16", TOLERANCE) == []
     assert compare_text("relative error 2.22e-16", "relative error 1.3e-06", TOLERANCE)
+    # an exact reconstruction's PSNR is round-off too: 300 dB here, 290 dB elsewhere
+    assert compare_text("PSNR 300.0", "PSNR 290.1", TOLERANCE) == []
+    assert compare_text("PSNR 121.0", "PSNR 101.0", TOLERANCE)[0].allowed == "±1 dB, or both >= 120 dB (exact)"
 
 
 def test_an_aligned_table_may_repad_when_a_number_changes_width():
@@ -118,6 +121,11 @@ def test_a_table_cell_takes_its_column_then_its_title_as_kind():
     assert compare_outputs([table(20.0, 0.5)], [table(20.0, 0.52)], TOLERANCE)[0].kind == "fraction"
     by_title = lambda v: _display(claims.Table("PSNR per defense", ["attack", "none"], [["dlg", v]]))  # noqa: E731
     assert compare_outputs([by_title(20.0)], [by_title(22.0)], TOLERANCE)[0].kind == "decibels"
+    # a row label names a thing, not a metric: the title still decides
+    attack = lambda v: _display(claims.Table("PSNR per defense", ["attack", "none"], [["cosine + TV", v]]))  # noqa: E731
+    assert compare_outputs([attack(20.0)], [attack(20.9)], TOLERANCE) == []
+    assert compare_text("PSNR per defense\ncosine + TV  20.0", "PSNR per defense\ncosine + TV  20.9", TOLERANCE,
+                        fallback=("PSNR per defense",)) == []
 
 
 def test_outputs_must_keep_their_fields_and_images_are_not_compared():
