@@ -213,14 +213,20 @@ def orthogonal_projection(random: torch.Tensor, true: torch.Tensor, projection: 
     """Remove from ``random`` its component along ``true`` (CENSOR, Algorithm 1, step 1).
 
     ``"exact"`` is the paper's ``r - <r, g>/<g, g> g``, orthogonal to ``g`` for every
-    ``g != 0``. ``"public"`` is what the released code computes, ``r - <r, g> g``: without
-    the division it is orthogonal only when ``||g|| = 1``. A zero ``g`` leaves ``r`` as is.
+    ``g != 0``. ``"public"`` is what the released code computes (github.com/KaiyuanZh/censor,
+    ``defense.py``, ``generate_orthogonal_gradient``): it scales the draw to unit norm,
+    ``u = r / ||r||``, and subtracts ``<u, g>/||g|| g``, dividing by the norm where the paper
+    divides by its square. Its inner product with ``g`` is ``<u, g> (1 - ||g||)``: orthogonal
+    only when ``||g|| = 1``. A zero ``g`` leaves the draw as is (scaled to unit norm for
+    ``"public"``).
     """
     if projection not in PROJECTIONS:
         raise ValueError(f"unknown projection {projection!r}; known: {', '.join(PROJECTIONS)}")
-    inner = (random * true).sum()
     if projection == "public":
-        return random - inner * true
+        unit = random / random.norm()
+        length = true.norm()
+        return unit - (unit * true).sum() / length * true if length > 0 else unit
+    inner = (random * true).sum()
     squared = (true * true).sum()
     if squared == 0:
         return random.clone()

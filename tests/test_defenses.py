@@ -221,8 +221,12 @@ def test_orthogonal_projection_exact_vs_released_code():
     assert abs(float(exact @ g)) / (exact.norm() * g.norm()) < 1e-12
     torch.testing.assert_close(exact, torch.as_tensor(r.numpy() - (r.numpy() @ g.numpy()) / (g.numpy() @ g.numpy()) * g.numpy()))
     assert abs(float(public @ g)) / (public.norm() * g.norm()) > 0.1  # ||g|| = 3*sqrt(50): far from orthogonal
+    # the released code: u = r/||r||, u - <u, g>/||g|| g, whose inner product with g is <u, g>(1 - ||g||)
+    u = r / r.norm()
+    torch.testing.assert_close(public, u - (u @ g) / g.norm() * g)
+    assert float(public @ g) == pytest.approx(float(u @ g) * (1 - float(g.norm())), rel=1e-12)
     unit = g / g.norm()
-    torch.testing.assert_close(defenses.orthogonal_projection(r, unit, "public"), defenses.orthogonal_projection(r, unit, "exact"))
+    torch.testing.assert_close(defenses.orthogonal_projection(r, unit, "public"), defenses.orthogonal_projection(u, unit, "exact"))
     with pytest.raises(ValueError, match="unknown projection"):
         defenses.orthogonal_projection(r, g, "approximate")
 
