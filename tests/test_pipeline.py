@@ -191,6 +191,19 @@ def test_freshness_detects_an_edited_source(repo):
     assert "`n + 2`" in problem and "run `gradcore run tiny`" in problem
 
 
+def test_freshness_detects_a_changed_output_tolerance(repo):
+    write_fake_executed(repo)
+    source = (repo / "book" / "tiny.md").read_text()
+    declared = source.replace("---\n\n# A tiny", "gradcore:\n  tolerance: {decibels: 1.0}\n---\n\n# A tiny")
+    (repo / "book" / "tiny.md").write_text(declared)
+    assert "output tolerance" in pipeline.freshness(repo)[0]
+    write_fake_executed(repo)
+    assert pipeline.freshness(repo) == []
+    cell = declared.replace(":tags: [parameters]\n", ":tags: [parameters]\n:tolerance: {fraction: 0.1}\n")
+    (repo / "book" / "tiny.md").write_text(cell)
+    assert "tolerance differs" in pipeline.freshness(repo)[0]
+
+
 def test_freshness_detects_an_added_cell(repo):
     write_fake_executed(repo)
     src = repo / "book" / "tiny.md"
@@ -399,6 +412,8 @@ def test_execute_writes_a_normalised_reproducible_notebook(repo):
     status = json.loads((repo / "notebooks" / "status.json").read_text())
     run = status["tiny"]["ci"]
     assert run["profile"] == "ci" and run["device"] and run["python"] and run["seconds"] > 0
+    # where the committed numbers came from: they reproduce bit for bit only on this float path
+    assert run["cpu"] and run["capability"] and run["blas"] and run["float_path"]
     page = (repo / "notebooks" / "status.md").read_text()
     assert page.startswith("# Status\n") and "| tiny | ci | default |" in page
 
