@@ -30,6 +30,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
+from . import validation as check
 from .gradients import Gradient, batch_gradient, loss_after_update, norm
 from .registry import Registry
 
@@ -55,22 +56,50 @@ def defend(gradient: Sequence[torch.Tensor], name: str, seed: int = 0, context: 
         ``loss``. Each entry reaches only defenses whose signature names it.
     **options
         The defense's own settings (``sigma``, ``bound``, ``keep``, ``trials``, ...).
+
+    Raises
+    ------
+    GradcoreValueError, GradcoreTypeError
+        Before anything is computed: a gradient that is not a sequence of finite floating
+        tensors of one dtype and device (NaN and infinite entries are refused, naming the
+        entry and, with a model in the context, its parameter), one that does not fit the
+        context's model, an unknown context key, or an option of the wrong type or range
+        (the message names the option and the accepted range).
     """
     function = DEFENSES[name]
-    generator = torch.Generator().manual_seed(seed)
-    accepted = inspect.signature(function).parameters
+    check.integer("seed", seed)
+    if context is not None and not isinstance(context, dict):
+        raise check.GradcoreTypeError(f"context must be a dict with keys among {', '.join(CONTEXT)}; got {check.describe(context)}")
     unknown = set(context or {}) - set(CONTEXT)
     if unknown:
-        raise ValueError(f"unknown defense context {sorted(unknown)}; known: {', '.join(CONTEXT)}")
+        raise check.GradcoreValueError(f"unknown defense context {sorted(unknown)}; known: {', '.join(CONTEXT)}")
+    model = (context or {}).get("model")
+    if model is not None:
+        check.trainable_parameters("the context's model", model)
+    gradient = check.gradient(gradient, model)
+    check_options(name, function, options)
+    generator = torch.Generator().manual_seed(seed)
+    accepted = inspect.signature(function).parameters
     passed = {key: value for key, value in (context or {}).items() if key in accepted}
-    return tuple(function(tuple(gradient), generator, **passed, **options))
+    defended = tuple(function(gradient, generator, **passed, **options))
+    # A defense must never turn a finite gradient into garbage (e.g. noise beyond the dtype's range).
+    for index, entry in enumerate(defended):
+        if not bool(torch.isfinite(entry).all()):
+            raise check.GradcoreValueError(f"the {name} defense with {options} produced non-finite values in entry {index} "
+                                           f"(dtype {entry.dtype}): its options exceed what the gradient's dtype can hold")
+    return defended
+
+
+def check_options(name: str, function: Callable, options: dict) -> None:
+    """Refuse options the defense ``name`` does not have, misses, or gets with the wrong type or range."""
+    check.options(f"defense {name!r}", function, options, skip=("gradient", "generator") + CONTEXT)
 
 
 def _require(name: str, **context) -> None:
     missing = [key for key, value in context.items() if value is None]
     if missing:
-        raise ValueError(f"the {name} defense needs the client's {', '.join(missing)}: share through "
-                         "gradcore.shared_gradient / Scenario.gradient, or pass defend(..., context={...})")
+        raise check.GradcoreValueError(f"the {name} defense needs the client's {', '.join(missing)}: share through "
+                                       "gradcore.shared_gradient / Scenario.gradient, or pass defend(..., context={...})")
 
 
 @DEFENSES.register("none")
@@ -83,7 +112,7 @@ def no_defense(gradient: Gradient, generator: torch.Generator) -> Gradient:
 def gaussian_noise(gradient: Gradient, generator: torch.Generator, sigma: float) -> Gradient:
     """Add i.i.d. N(0, sigma^2) to every entry: the noise half of DP-SGD (Abadi et al., 2016)."""
     if sigma < 0:
-        raise ValueError(f"noise scale sigma must be non-negative, got {sigma}")
+        raise check.GradcoreValueError(f"noise scale sigma must be non-negative, got {sigma}")
     return tuple(g + sigma * torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device) for g in gradient)
 
 
@@ -91,7 +120,7 @@ def gaussian_noise(gradient: Gradient, generator: torch.Generator, sigma: float)
 def clip(gradient: Gradient, generator: torch.Generator, bound: float) -> Gradient:
     """Rescale the whole gradient to Euclidean norm at most ``bound``: DP-SGD's other half."""
     if bound <= 0:
-        raise ValueError(f"clip bound must be positive, got {bound}")
+        raise check.GradcoreValueError(f"clip bound must be positive, got {bound}")
     scale = torch.clamp(bound / (norm(gradient) + 1e-12), max=1.0)
     return tuple(g * scale for g in gradient)
 
@@ -121,7 +150,7 @@ def sparsify(gradient: Gradient, generator: torch.Generator, keep: float) -> Gra
     ``torch.topk``'s order, so the count is exact even for repeated values.
     """
     if not 0 < keep <= 1:
-        raise ValueError(f"the kept fraction must lie in (0, 1], got {keep}")
+        raise check.GradcoreValueError(f"the kept fraction must lie in (0, 1], got {keep}")
     sparse = []
     for g in gradient:
         flat = g.reshape(-1)
@@ -141,7 +170,7 @@ def last_linear(model: nn.Module) -> nn.Linear:
     """The model's last ``nn.Linear``: its input is the representation Soteria perturbs."""
     layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
     if not layers:
-        raise ValueError("Soteria needs a model whose last layer is nn.Linear (the representation is its input)")
+        raise check.GradcoreValueError("Soteria needs a model whose last layer is nn.Linear (the representation is its input)")
     return layers[-1]
 
 
@@ -186,12 +215,12 @@ def soteria(gradient: Gradient, generator: torch.Generator, prune: float, *, mod
     """
     _require("soteria", model=model, inputs=inputs)
     if not 0 <= prune < 1:
-        raise ValueError(f"the pruned fraction must lie in [0, 1), got {prune}")
+        raise check.GradcoreValueError(f"the pruned fraction must lie in [0, 1), got {prune}")
     layer = last_linear(model)
     trained = [p for p in model.parameters() if p.requires_grad]
     index = next((i for i, p in enumerate(trained) if p is layer.weight), None)
     if index is None:
-        raise ValueError("the last linear layer's weight is not trainable, so its gradient cannot be pruned")
+        raise check.GradcoreValueError("the last linear layer's weight is not trainable, so its gradient cannot be pruned")
     sensitivity = representation_sensitivity(model, inputs)
     pruned = int(round(prune * len(sensitivity)))
     mask = torch.ones_like(sensitivity)
@@ -217,7 +246,7 @@ def orthogonal_projection(random: torch.Tensor, true: torch.Tensor, projection: 
     the division it is orthogonal only when ``||g|| = 1``. A zero ``g`` leaves ``r`` as is.
     """
     if projection not in PROJECTIONS:
-        raise ValueError(f"unknown projection {projection!r}; known: {', '.join(PROJECTIONS)}")
+        raise check.GradcoreValueError(f"unknown projection {projection!r}; known: {', '.join(PROJECTIONS)}")
     inner = (random * true).sum()
     if projection == "public":
         return random - inner * true
@@ -286,13 +315,13 @@ def censor(gradient: Gradient, generator: torch.Generator, trials: int = 20, lr:
         perturbations = [tuple(p) for p in perturbations]
         trials = len(perturbations)
     if trials < 1:
-        raise ValueError(f"CENSOR needs at least one trial, got {trials}")
+        raise check.GradcoreValueError(f"CENSOR needs at least one trial, got {trials}")
     scorer = _without_running_statistics(model)
     best, best_loss = None, math.inf
     for trial in range(trials):
         random = perturbations[trial] if perturbations is not None else _normal_like(gradient, generator)
         if len(random) != len(gradient) or any(r.shape != g.shape for r, g in zip(random, gradient)):
-            raise ValueError("a perturbation must have the gradient's shapes, one tensor per trainable parameter")
+            raise check.GradcoreValueError("a perturbation must have the gradient's shapes, one tensor per trainable parameter")
         candidate = censor_candidate(gradient, [r.to(g.device, g.dtype) for r, g in zip(random, gradient)], projection, layerwise)
         value = loss_after_update(scorer, tuple(lr * c for c in candidate), inputs, labels, loss)
         if best is None or value < best_loss:
@@ -343,7 +372,7 @@ def overhead(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, name:
     assert more than a sanity check.
     """
     if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
+        raise check.GradcoreValueError(f"repeats must be at least 1, got {repeats}")
     context = {"model": model, "inputs": inputs, "labels": labels, "loss": loss}
     gradient_times, defense_times = [], []
     for repeat in range(repeats):

@@ -216,7 +216,7 @@ def test_validate_accepts_a_partly_zero_gradient(valid):
     ("empty", ["empty", "4 for this model"]),
     ("count", ["3 tensors", "4 trainable parameters"]),
     ("shape", ["entry 2", "shape (5, 4)", "(4, 5)"]),
-    ("type", ["entry 1", "ndarray", "not a tensor"]),
+    ("type", ["entry 1", "must be a tensor", "float64 array"]),
     ("nan", ["entry 3", "1 NaN or infinite"]),
     ("inf", ["entry 0", "2 NaN or infinite"]),
     ("zero", ["zero everywhere"]),

@@ -70,7 +70,9 @@ def test_shape_mismatch_raises(metric):
 
 def test_non_batched_images_raise():
     with pytest.raises(ValueError, match=r"\(B, C, H, W\)"):
-        metrics.mse(torch.rand(8, 8), torch.rand(8, 8))
+        metrics.ssim(torch.rand(8, 8), torch.rand(8, 8))
+    with pytest.raises(ValueError, match=r"\(B, \.\.\.\) with B >= 1"):
+        metrics.mse(torch.rand(8), torch.rand(8))
 
 
 def test_too_small_for_ssim_raises():
