@@ -116,13 +116,61 @@ def gaussian_noise(gradient: Gradient, generator: torch.Generator, sigma: float)
     return tuple(g + sigma * torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device) for g in gradient)
 
 
+def measured_norm(gradient: Sequence[torch.Tensor]) -> float:
+    """Euclidean norm of the whole gradient in float64, free of overflow and underflow.
+
+    Every entry is divided by one power of two near the largest magnitude (an exact
+    operation) before squaring, so a gradient of entries near 1e30 or 1e-30 is measured
+    as accurately as one near 1; float32 entries square exactly in float64. This is the
+    measure :func:`clip` keeps at or below its bound.
+    """
+    largest = max((g.detach().abs().max().item() for g in gradient if g.numel()), default=0.0)
+    if largest == 0.0:
+        return 0.0
+    if not math.isfinite(largest):
+        return math.inf
+    exponent = math.frexp(largest)[1]
+    total = sum(float(_times_power_of_two(g.detach().double(), -exponent).pow(2).sum()) for g in gradient)
+    try:
+        return math.ldexp(math.sqrt(total), exponent)
+    except OverflowError:  # beyond float64: longer than any bound
+        return math.inf
+
+
 @DEFENSES.register("clip")
 def clip(gradient: Gradient, generator: torch.Generator, bound: float) -> Gradient:
-    """Rescale the whole gradient to Euclidean norm at most ``bound``: DP-SGD's other half."""
+    """Rescale the whole gradient to Euclidean norm at most ``bound``: DP-SGD's other half.
+
+    A gradient whose norm (:func:`measured_norm`) is at most ``bound`` is returned as it
+    is, the same tensors, bit for bit. A longer one is multiplied by one factor so that
+    its norm is ``bound`` up to rounding and never above it, at any scale and in float32
+    as in float64.
+    """
     if bound <= 0:
         raise check.GradcoreValueError(f"clip bound must be positive, got {bound}")
-    scale = torch.clamp(bound / (norm(gradient) + 1e-12), max=1.0)
-    return tuple(g * scale for g in gradient)
+    total = measured_norm(gradient)
+    if total <= bound:
+        return tuple(gradient)
+    dtype = gradient[0].dtype
+    # The first factor is the one gradcore always computed, in the gradient's precision (so a
+    # clipped float32 gradient keeps its bits where it already met the bound); rounding can
+    # leave the product a few units above the bound, so the factor steps down until it is not.
+    factor = bound / norm(gradient)
+    if bool(torch.isfinite(factor)) and float(factor) >= torch.finfo(dtype).tiny:
+        for _ in range(8):
+            clipped = tuple(g * factor for g in gradient)
+            if measured_norm(clipped) <= bound:
+                return clipped
+            factor = torch.nextafter(factor, torch.zeros_like(factor))
+    # The gradient's own precision overflowed or underflowed (entries near 1e30 or 1e-30 in
+    # float32): scale in float64, round once to the dtype, step down by the dtype's epsilon.
+    exact = bound / total
+    for _ in range(64):
+        clipped = tuple((g.double() * exact).to(dtype) for g in gradient)
+        if measured_norm(clipped) <= bound:
+            return clipped
+        exact *= 1.0 - torch.finfo(dtype).eps
+    raise RuntimeError(f"clip could not bring a gradient of norm {total:g} within {bound:g}")  # not reached: each step shrinks it
 
 
 @DEFENSES.register("dp")
@@ -238,27 +286,83 @@ def soteria(gradient: Gradient, generator: torch.Generator, prune: float, *, mod
 PROJECTIONS = ("exact", "public")
 
 
+def _power_of_two(tensor: torch.Tensor) -> int:
+    """Exponent ``k`` such that ``tensor / 2**k`` has its largest entry in [0.5, 1), or 0 when no rescaling is needed.
+
+    No rescaling (0) while the largest magnitude keeps the tensor's squares and their sum
+    well inside its dtype's range: then CENSOR computes exactly what it always did. Outside
+    it (entries near 1e30 or 1e-30 in float32), dividing by a power of two is exact and keeps
+    every sum of squares finite and normal.
+    """
+    if tensor.numel() == 0:
+        return 0
+    largest = tensor.detach().abs().max().item()
+    if largest == 0.0 or not math.isfinite(largest):
+        return 0
+    info = torch.finfo(tensor.dtype)
+    if math.sqrt(info.tiny / info.eps) <= largest <= math.sqrt(info.max / tensor.numel()) * info.eps:
+        return 0
+    return math.frexp(largest)[1]
+
+
+def _times_power_of_two(tensor: torch.Tensor, exponent: int) -> torch.Tensor:
+    """``tensor * 2**exponent``, exact unless the result itself over- or underflows.
+
+    Applied in steps of at most 2**100, each a power of two the dtype holds exactly; the
+    steps move monotonically towards the result, so no intermediate over- or underflows.
+    """
+    while exponent:
+        step = max(-100, min(100, exponent))
+        tensor = tensor * (2.0 ** step)
+        exponent -= step
+    return tensor
+
+
+def _projection(random: torch.Tensor, true: torch.Tensor, projection: str) -> tuple[torch.Tensor, int]:
+    """``(vector, k)`` with ``vector * 2**k`` the projection of :func:`orthogonal_projection`; ``k = 0`` where it fits the dtype."""
+    if projection not in PROJECTIONS:
+        raise check.GradcoreValueError(f"unknown projection {projection!r}; known: {', '.join(PROJECTIONS)}")
+    exponent = _power_of_two(true)
+    scaled = _times_power_of_two(true, -exponent)  # true itself when exponent is 0
+    inner = (random * scaled).sum()
+    if projection == "public":  # r - <r, g> g, with g = 2^k scaled: its second term is 2^(2k) <r, scaled> scaled
+        term = _times_power_of_two(inner * scaled, 2 * exponent)
+        if exponent == 0 or bool(torch.isfinite(term).all()):
+            return random - term, 0
+        # Too large for the dtype: return the projection divided by 2^(2k), the same direction.
+        return _times_power_of_two(random, -2 * exponent) - inner * scaled, 2 * exponent
+    squared = (scaled * scaled).sum()
+    if squared == 0:
+        return random.clone(), 0
+    return random - inner / squared * scaled, 0  # invariant to the scale of g
+
+
 def orthogonal_projection(random: torch.Tensor, true: torch.Tensor, projection: str = "exact") -> torch.Tensor:
     """Remove from ``random`` its component along ``true`` (CENSOR, Algorithm 1, step 1).
 
     ``"exact"`` is the paper's ``r - <r, g>/<g, g> g``, orthogonal to ``g`` for every
-    ``g != 0``. ``"public"`` is what the released code computes, ``r - <r, g> g``: without
-    the division it is orthogonal only when ``||g|| = 1``. A zero ``g`` leaves ``r`` as is.
+    ``g != 0`` at any scale (the inner products are taken on ``g`` divided by a power of two,
+    so they neither overflow nor underflow). ``"public"`` is what the released code
+    computes, ``r - <r, g> g``: without the division it is orthogonal only when ``||g|| = 1``,
+    and for a very large ``g`` it exceeds the dtype's range. A zero ``g`` leaves ``r`` as is.
     """
-    if projection not in PROJECTIONS:
-        raise check.GradcoreValueError(f"unknown projection {projection!r}; known: {', '.join(PROJECTIONS)}")
-    inner = (random * true).sum()
-    if projection == "public":
-        return random - inner * true
-    squared = (true * true).sum()
-    if squared == 0:
-        return random.clone()
-    return random - inner / squared * true
+    vector, exponent = _projection(random, true, projection)
+    return _times_power_of_two(vector, exponent)
 
 
-def _rescale(tensor: torch.Tensor, target_norm: torch.Tensor) -> torch.Tensor:
-    current = tensor.norm()
-    return tensor * (target_norm / current) if current > 0 else torch.zeros_like(tensor)
+def _scaled_norm(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """``(n, k)`` with ``n * 2**k`` the Euclidean norm of ``tensor``, ``n`` computed without overflow or underflow."""
+    exponent = _power_of_two(tensor)
+    return _times_power_of_two(tensor, -exponent).norm(), exponent
+
+
+def _rescale(tensor: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``tensor`` rescaled to the Euclidean norm of ``like`` (zeros if ``tensor`` is zero), at any scale."""
+    target, target_exponent = _scaled_norm(like)
+    current, current_exponent = _scaled_norm(tensor)
+    if not current > 0:
+        return torch.zeros_like(tensor)
+    return _times_power_of_two(tensor * (target / current), target_exponent - current_exponent)
 
 
 def censor_candidate(gradient: Gradient, random: Sequence[torch.Tensor], projection: str = "exact",
@@ -269,10 +373,10 @@ def censor_candidate(gradient: Gradient, random: Sequence[torch.Tensor], project
     ``False`` treats the whole gradient as one vector (the ablation of Table VII).
     """
     if layerwise:
-        return tuple(_rescale(orthogonal_projection(r, g, projection), g.norm()) for r, g in zip(random, gradient))
+        return tuple(_rescale(_projection(r, g, projection)[0], g) for r, g in zip(random, gradient))
     flat_g = torch.cat([g.reshape(-1) for g in gradient])
     flat_r = torch.cat([r.reshape(-1) for r in random])
-    flat = _rescale(orthogonal_projection(flat_r, flat_g, projection), flat_g.norm())
+    flat = _rescale(_projection(flat_r, flat_g, projection)[0], flat_g)
     sizes = [g.numel() for g in gradient]
     return tuple(part.reshape(g.shape) for part, g in zip(torch.split(flat, sizes), gradient))
 

@@ -45,6 +45,53 @@ def test_clip_leaves_a_small_gradient_untouched():
     assert all(torch.equal(c, g) for c, g in zip(clipped, gradient))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_clip_leaves_a_tiny_gradient_untouched_bit_for_bit(dtype):
+    # Issue 14: with 1e-12 added to the norm, a gradient of norm 1e-10 came out 1% shorter.
+    gradient = tuple(g.to(dtype) for g in gradient_of_norm(1e-10))
+    clipped = defenses.defend(gradient, "clip", bound=1.0)
+    assert all(torch.equal(c, g) for c, g in zip(clipped, gradient))
+    at_the_bound = defenses.defend(gradient, "clip", bound=defenses.measured_norm(gradient))
+    assert all(c is g for c, g in zip(at_the_bound, gradient))
+
+
+def test_clip_brings_a_long_float64_gradient_exactly_to_the_bound():
+    # Issue 14: the old clip ended short of the bound (by 1e-12 / norm, relative).
+    gradient = gradient_of_norm(23.0)
+    for bound in (10.0, 1.0, 0.1):
+        clipped = defenses.defend(gradient, "clip", bound=bound)
+        measured = defenses.measured_norm(clipped)
+        assert measured <= bound
+        assert measured == pytest.approx(bound, rel=4e-16)
+
+
+def test_clip_never_exceeds_the_bound_in_float32():
+    # Issue 14: in float32 the factor bound / norm, rounded, left some clipped gradients above the
+    # bound (by up to 1.1e-7 relative). Find such gradients among random draws: the fix covers them.
+    overshoots = 0
+    for seed in range(200):
+        generator = torch.Generator().manual_seed(seed)
+        gradient = (torch.randn((7, 3), generator=generator) * 5, torch.randn(4, generator=generator))
+        bound = 1.0 + seed / 100
+        naive = tuple(g * (bound / gradients.norm(gradient)) for g in gradient)
+        overshoots += defenses.measured_norm(naive) > bound
+        clipped = defenses.defend(gradient, "clip", bound=bound)
+        assert clipped[0].dtype == torch.float32
+        assert bound * (1 - 3e-7) <= defenses.measured_norm(clipped) <= bound
+    assert overshoots > 0  # the draws did exercise the case
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("scale", [1e-30, 1e30])
+def test_clip_works_at_scales_where_the_dtype_norm_overflows(dtype, scale):
+    gradient = tuple((g * scale).to(dtype) for g in gradient_of_norm(1.0))
+    bound = 1e-3 if scale > 1 else 1e-40
+    clipped = defenses.defend(gradient, "clip", bound=bound)
+    assert all(torch.isfinite(c).all() for c in clipped)
+    assert defenses.measured_norm(clipped) <= bound
+    assert defenses.measured_norm(clipped) == pytest.approx(bound, rel=1e-6 if scale > 1 else 1e-2)
+
+
 def test_noise_has_the_requested_standard_deviation():
     zero = (torch.zeros((300, 200), dtype=torch.float64), torch.zeros(1000, dtype=torch.float64))
     noisy = defenses.defend(zero, "noise", seed=1, sigma=0.05)
@@ -239,6 +286,26 @@ def test_censor_is_orthogonal_per_layer_and_norm_preserving():
     cosines = defenses.projection_cosines(gradient, torch.Generator().manual_seed(0))
     assert max(abs(c) for c in cosines["exact"]) < 1e-12
     assert max(abs(c) for c in cosines["public"]) > 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("scale", [1e-30, 1e30])
+def test_censor_is_orthogonal_and_norm_preserving_at_extreme_scales(dtype, scale):
+    # Issue 14: in float32 the sums of squares overflow (1e30) or underflow (1e-30); the old
+    # projection then returned NaN, or an unprojected draw rescaled to a zero norm.
+    model, inputs, labels, gradient, context = tiny_case()
+    model, inputs = model.to(dtype), inputs.to(dtype)
+    scaled = tuple((g * scale).to(dtype) for g in gradient)
+    context = {**context, "model": model, "inputs": inputs}
+    for projection in ("exact", "public"):
+        shared = defenses.defend(scaled, "censor", seed=3, context=context, trials=3, projection=projection)
+        assert all(torch.isfinite(s).all() for s in shared)
+        for s, g in zip(shared, scaled):
+            ratio = defenses.measured_norm((s,)) / defenses.measured_norm((g,))
+            assert ratio == pytest.approx(1.0, rel=1e-5)
+            if projection == "exact":
+                cosine = float((s.double() / scale * g.double() / scale).sum()) / (ratio * float((g.double() / scale).norm()) ** 2)
+                assert abs(cosine) < 1e-5
 
 
 def test_censor_keeps_the_candidate_with_the_lowest_loss():
