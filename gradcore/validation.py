@@ -427,9 +427,9 @@ def _local(name, value):
     unknown = sorted(set(value) - {"lr", "epochs", "batch_size"})
     if unknown or "lr" not in value:
         raise GradcoreValueError(f"{name} must have the key 'lr' and optionally 'epochs' and 'batch_size'; got keys {sorted(value)}")
-    _positive(f"{name}['lr']", value["lr"])
-    _count(f"{name}['epochs']", value.get("epochs", 1))
-    _count_or_none(f"{name}['batch_size']", value.get("batch_size"))
+    _positive(f"'lr' of {name}", value["lr"])
+    _count(f"'epochs' of {name}", value.get("epochs", 1))
+    _count_or_none(f"'batch_size' of {name}", value.get("batch_size"))
 
 
 def _callable_or_none(name, value):
