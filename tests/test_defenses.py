@@ -356,3 +356,61 @@ def test_overhead_is_a_positive_ratio_and_checks_repeats():
     assert np.isfinite(ratio) and ratio > 0
     with pytest.raises(ValueError, match="repeats"):
         defenses.overhead(model, inputs, labels, "none", repeats=0)
+
+
+# ----------------------------------------------------------------------------------
+# Issue 14: a defense refuses a bad gradient or option before any work
+# ----------------------------------------------------------------------------------
+
+
+def test_a_nan_noise_scale_is_refused():
+    # It returned a NaN gradient.
+    with pytest.raises(ValueError, match=r"sigma \(option of defense 'noise'\) must be a finite number >= 0; got nan"):
+        defenses.defend(gradient_of_norm(1.0), "noise", sigma=float("nan"))
+
+
+@pytest.mark.parametrize("name, options", [("clip", {"bound": 1.0}), ("noise", {"sigma": 0.1}), ("sparsify", {"keep": 0.2}),
+                                           ("dp", {"bound": 1.0, "sigma": 0.1}), ("none", {})])
+def test_a_nan_gradient_is_refused_by_every_defense(name, options):
+    # It went through clip, noise and top-k and came out NaN.
+    gradient = gradient_of_norm(1.0)
+    poisoned = (gradient[0], gradient[1].clone())
+    poisoned[1][2] = float("nan")
+    with pytest.raises(ValueError, match=r"gradient entry 1 \(shape \(5,\)\) has 1 NaN or infinite values"):
+        defenses.defend(poisoned, name, **options)
+
+
+def test_an_infinite_gradient_is_refused_by_censor_naming_the_layer():
+    # CENSOR silently zeroed that layer.
+    model, inputs, labels, gradient, context = tiny_case()
+    poisoned = (gradient[0] * float("inf"),) + gradient[1:]
+    with pytest.raises(ValueError, match=r"gradient entry 0 \(parameter '1.weight'\) \(shape \(12, 64\)\) has 768 NaN or infinite"):
+        defenses.defend(poisoned, "censor", context=context)
+
+
+@pytest.mark.parametrize("name, options, fragment", [
+    ("noise", {"sigma": "0.1"}, r"sigma \(option of defense 'noise'\) must be a finite number >= 0; got '0.1' \(a str\)"),
+    ("censor", {"trials": 2.5}, r"trials \(option of defense 'censor'\) must be a whole number at least 1; got 2.5"),
+    ("censor", {"projection": "released"}, r"projection \(option of defense 'censor'\) must be one of 'exact', 'public'"),
+    ("censor", {"layerwise": "yes"}, r"layerwise \(option of defense 'censor'\) must be True or False"),
+    ("sparsify", {"keep": None}, r"keep \(option of defense 'sparsify'\) must be a finite number in \(0, 1\]; got None"),
+])
+def test_options_of_the_wrong_type_name_the_option_and_its_range(name, options, fragment):
+    # They failed with "'<' not supported between 'str' and 'int'", which names no option.
+    model, inputs, labels, gradient, context = tiny_case()
+    with pytest.raises((TypeError, ValueError), match=fragment):
+        defenses.defend(gradient, name, context=context, **options)
+
+
+def test_a_gradient_that_does_not_fit_the_context_model_is_refused():
+    model, inputs, labels, gradient, context = tiny_case()
+    with pytest.raises(ValueError, match=r"gradient has 3 tensors but the model has 4 trainable parameters"):
+        defenses.defend(gradient[:3], "soteria", context=context, prune=0.1)
+    with pytest.raises(TypeError, match="context must be a dict"):
+        defenses.defend(gradient, "none", context=[model])
+
+
+def test_noise_beyond_the_dtype_range_is_refused_not_returned_as_inf():
+    gradient = tuple(g.float() for g in gradient_of_norm(1.0))
+    with pytest.raises(ValueError, match="produced non-finite values"):
+        defenses.defend(gradient, "noise", sigma=1e39)
