@@ -85,8 +85,9 @@ def defend(gradient: Sequence[torch.Tensor], name: str, seed: int = 0, context: 
     # A defense must never turn a finite gradient into garbage (e.g. noise beyond the dtype's range).
     for index, entry in enumerate(defended):
         if not bool(torch.isfinite(entry).all()):
-            raise check.GradcoreValueError(f"the {name} defense with {options} produced non-finite values in entry {index} "
-                                           f"(dtype {entry.dtype}): its options exceed what the gradient's dtype can hold")
+            settings = ", ".join(f"{key}={value!r}" if isinstance(value, (int, float, str)) else key for key, value in options.items())
+            raise check.GradcoreValueError(f"the {name} defense ({settings or 'no options'}) produced non-finite values in entry "
+                                           f"{index} (dtype {entry.dtype}): its options exceed what the gradient's dtype can hold")
     return defended
 
 
