@@ -229,7 +229,7 @@ def closed_form(observation: Observation) -> AttackResult:
     """
     if observation.batch_size != 1:
         raise check.GradcoreValueError("the closed form recovers a single sample; a batch of "
-                         f"{observation.batch_size} yields only a mixture of its inputs (use 'dlg')")
+                                       f"{observation.batch_size} yields only a mixture of its inputs (use 'dlg')")
     layer = _first_linear(observation.model)
     if layer.bias is None:
         raise check.GradcoreValueError("the closed form needs a bias in the first fully-connected layer")

@@ -420,7 +420,7 @@ def _require_biases(network: DenseNetwork) -> None:
     unbiased = [layer for layer in range(network.depth - 1) if network.biases[layer] is None]
     if unbiased:
         raise check.GradcoreValueError(f"hidden layer(s) {unbiased} have no bias: gradcore's exclusivity attack divides by the bias "
-                         "gradient of every hidden layer (the paper's bias-free calibration is not implemented)")
+                                       "gradient of every hidden layer (the paper's bias-free calibration is not implemented)")
 
 
 def reconstruct(network: DenseNetwork, layer_gradients: Sequence, batch_size: int, tolerance: float = 1e-12) -> ExclusivityRecovery:
@@ -460,9 +460,9 @@ def reconstruct(network: DenseNetwork, layer_gradients: Sequence, batch_size: in
     groups = loss_groups(gradients[-1][0], tolerance)
     if len(groups) > batch_size:
         raise check.GradcoreValueError(f"{len(groups)} groups of parallel loss columns at the last ReLU layer, more than the batch size "
-                         f"{batch_size}: the batch size given is wrong, the loss is not cross-entropy, or the samples' loss "
-                         "vectors p - onehot(y) are so small (a confidently fit sample) or so nearly parallel that shared "
-                         "columns group spuriously at this tolerance (analyse(..., labels=...) names them)")
+                                       f"{batch_size}: the batch size given is wrong, the loss is not cross-entropy, or the samples' loss "
+                                       "vectors p - onehot(y) are so small (a confidently fit sample) or so nearly parallel that shared "
+                                       "columns group spuriously at this tolerance (analyse(..., labels=...) names them)")
     if len(groups) < batch_size:
         raise NotInsecureError(f"not insecure: only {len(groups)} of {batch_size} samples show >= 2 exclusive neurons at the "
                                f"last ReLU layer (layer {hidden}, width {network.widths[hidden]}); the others have at most one, "
@@ -473,8 +473,8 @@ def reconstruct(network: DenseNetwork, layer_gradients: Sequence, batch_size: in
     negative = (directions < 0).sum(axis=1)
     if np.any(negative != 1):
         raise check.GradcoreValueError("a loss direction does not have exactly one negative entry, as p - onehot(y) must under "
-                         "cross-entropy: the loss is not cross-entropy, the tolerance is too loose, or a sample is fit so "
-                         "well that p_y rounds to 1")
+                                       "cross-entropy: the loss is not cross-entropy, the tolerance is too loose, or a sample is fit so "
+                                       "well that p_y rounds to 1")
     labels = directions.argmin(axis=1)
     activations = [None] * depth
     exclusive = [None] * hidden
@@ -546,7 +546,7 @@ def exclusivity_attack(observation: Observation, tolerance: float | None = None)
     pairs = walkback.gradient_pairs_from_torch(observation.model, observation.gradient)
     if math.prod(observation.shape) != network.widths[0]:
         raise check.GradcoreValueError(f"an input of shape {observation.shape} has {math.prod(observation.shape)} entries, but the first "
-                         f"Linear layer takes {network.widths[0]}")
+                                       f"Linear layer takes {network.widths[0]}")
     if tolerance is None:
         tolerance = 1e-12 if observation.gradient[0].dtype == torch.float64 else 1e-5
     recovery = reconstruct(network, pairs, observation.batch_size, tolerance)
@@ -567,7 +567,7 @@ def _refuse_reduced(model: nn.Module, batch_size: int) -> None:
             raise NotInsecureError(f"not insecure: the first hidden layer has no ReLU (exclusivity reduction), so all "
                                    f"{batch_size} samples pass all its {modules[0].out_features} units and none is exclusive")
         raise check.GradcoreValueError("the exclusivity attack needs a ReLU after every hidden Linear layer; for a single sample "
-                         "use the 'closed_form' attack")
+                                       "use the 'closed_form' attack")
 
 
 # ----------------------------------------------------------------------------------
@@ -788,7 +788,7 @@ def artifact_batch(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray
     dimension = sample_basis.shape[1] * input_basis.shape[1]
     if dimension == 0:
         raise check.GradcoreValueError(f"no gradient-preserving perturbation: sensitivities leave {sample_basis.shape[1]} free sample "
-                         f"directions and W_0 {input_basis.shape[1]} free input directions")
+                                       f"directions and W_0 {input_basis.shape[1]} free input directions")
     # vec(C A N^T) = kron(C, N) vec(A), row-major.
     mapping = np.kron(sample_basis, input_basis)
     position = (inputs.ravel() - low) / (high - low)
@@ -866,7 +866,7 @@ def reduced_mlp(shape: Sequence[int], num_classes: int, widths: Sequence[int], s
     """
     if len(widths) < 2 and reduce:
         raise check.GradcoreValueError("exclusivity reduction needs two hidden layers: without the second, removing the first ReLU "
-                         "leaves a linear model")
+                                       "leaves a linear model")
     torch.manual_seed(seed)
     layers: list[nn.Module] = [nn.Flatten()]
     features = math.prod(shape)

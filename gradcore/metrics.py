@@ -125,7 +125,7 @@ def lpips(reconstruction: torch.Tensor, truth: torch.Tensor, net: str = "alex") 
             "TORCH_HOME to a folder whose hub/checkpoints holds it) and run again.")
     if min(truth.shape[-2:]) < 32:
         raise check.GradcoreValueError(f"LPIPS's ImageNet backbone needs images of at least 32x32 pixels, got {tuple(truth.shape[-2:])}; "
-                         "upsample both batches first")
+                                       "upsample both batches first")
     import lpips as lpips_package
 
     if net not in _lpips_models:

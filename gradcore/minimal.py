@@ -135,7 +135,7 @@ class MLP:
         ACTIVATIONS[self.activation]  # unknown names fail here, naming the known ones
         if len(self.weights) == 0 or len(self.weights) != len(self.biases):
             raise check.GradcoreValueError(f"an MLP needs one bias per weight matrix and at least one layer; got {len(self.weights)} "
-                             f"weights and {len(self.biases)} biases")
+                                           f"weights and {len(self.biases)} biases")
         for index, (weight, bias) in enumerate(zip(self.weights, self.biases)):
             if weight.ndim != 2 or bias.shape != (weight.shape[0],):
                 raise check.GradcoreValueError(f"layer {index}: weight {weight.shape} and bias {bias.shape} do not fit")
@@ -273,13 +273,13 @@ def first_layer_inversion(weight_gradient, bias_gradient, tolerance: float = 1e-
     bias_gradient = check.real_array("the bias gradient", bias_gradient).astype(np.float64).reshape(-1)
     if weight_gradient.ndim != 2 or weight_gradient.shape[0] != len(bias_gradient) or weight_gradient.size == 0:
         raise check.GradcoreValueError(f"the weight gradient must be (n1, d) with one bias gradient per row; got {weight_gradient.shape} "
-                         f"and {bias_gradient.shape}")
+                                       f"and {bias_gradient.shape}")
     if not (np.isfinite(weight_gradient).all() and np.isfinite(bias_gradient).all()):
         raise check.GradcoreValueError("the first layer's gradient has NaN or infinite entries")
     magnitude = np.abs(bias_gradient)
     if magnitude.max() == 0:
         raise check.GradcoreValueError(f"blocked: all {len(bias_gradient)} rows of the first hidden layer's bias gradient are zero (dead or "
-                         "saturated units, or a zero loss derivative): no row carries the input")
+                                       "saturated units, or a zero loss derivative): no row carries the input")
     usable = magnitude > tolerance * magnitude.max()
     dead = int((magnitude == 0).sum())
     rows = np.flatnonzero(usable)
@@ -289,7 +289,7 @@ def first_layer_inversion(weight_gradient, bias_gradient, tolerance: float = 1e-
     residual = float(np.abs(weight_gradient - np.outer(bias_gradient, recovered)).max() / scale) if scale > 0 else 0.0
     if check_single and residual > 1e-6:
         raise check.GradcoreValueError(f"the gradient is not one instance's: dW differs from outer(db, x) by {residual:.2g} (relative); "
-                         "a batch needs hidden units >= batch size and an optimisation (see regularised_matching)")
+                                       "a batch needs hidden units >= batch size and an optimisation (see regularised_matching)")
     return Inversion(recovered, rows, dead, int(len(bias_gradient) - dead - len(rows)), residual)
 
 

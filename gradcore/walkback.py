@@ -87,7 +87,7 @@ class DenseNetwork:
             self.biases = [None] * len(self.weights)
         if len(self.biases) != len(self.weights):
             raise GradcoreValueError(f"{len(self.weights)} weight matrices but {len(self.biases)} biases "
-                             "(use None for an unbiased layer)")
+                                     "(use None for an unbiased layer)")
         self.biases = [None if bias is None else np.array(bias, dtype=np.float64) for bias in self.biases]
         for layer, (weight, bias) in enumerate(zip(self.weights, self.biases)):
             if weight.ndim != 2 or weight.size == 0:
@@ -96,7 +96,7 @@ class DenseNetwork:
                 raise GradcoreValueError(f"bias of layer {layer} has shape {bias.shape}, expected ({weight.shape[0]},)")
             if layer > 0 and weight.shape[1] != self.weights[layer - 1].shape[0]:
                 raise GradcoreValueError(f"layer {layer} takes {weight.shape[1]} inputs but layer {layer - 1} "
-                                 f"has {self.weights[layer - 1].shape[0]} outputs")
+                                         f"has {self.weights[layer - 1].shape[0]} outputs")
 
     @property
     def depth(self) -> int:
@@ -421,7 +421,7 @@ def walk_back(network: DenseNetwork, layer_gradients: LayerGradients, start: int
 def _start_layer(biased_layers: list[int], start: int | None) -> int:
     if not biased_layers:
         raise GradcoreValueError("no layer has a bias, so no layer hands over dL/dz directly: Proposition 3.1 needs "
-                         "at least one biased fully-connected layer")
+                                 "at least one biased fully-connected layer")
     if start is None:
         return biased_layers[-1]
     if start not in biased_layers:
@@ -596,7 +596,7 @@ def batch_mixture_weights(network: DenseNetwork, inputs: np.ndarray, labels: np.
         raise GradcoreValueError(f"row {row} does not exist; layer {layer} has {len(bias_gradient)} rows")
     if bias_gradient[row] == 0:
         raise GradcoreValueError(f"the batch bias gradient of layer {layer} is zero at row {row}: the samples' "
-                         "sensitivities cancel exactly, so the division (and the mixture) is undefined")
+                                 "sensitivities cancel exactly, so the division (and the mixture) is undefined")
     column = sensitivity[:, row]
     weights = column / column.sum()
     mixture = weight_gradient[row] / bias_gradient[row]
@@ -723,7 +723,7 @@ def _linear_layers(model: nn.Module) -> list[tuple[int, nn.Linear]]:
     """``(module index, layer)`` of each Linear in a ``[Flatten...] Linear (ReLU Linear)*`` Sequential."""
     if not isinstance(model, nn.Sequential):
         raise GradcoreValueError("the walk-back needs an nn.Sequential of Flatten, Linear and ReLU modules, "
-                         f"got a {type(model).__name__}")
+                                 f"got a {type(model).__name__}")
     modules = list(model)
     position = 0
     while position < len(modules) and isinstance(modules[position], nn.Flatten):
@@ -733,7 +733,7 @@ def _linear_layers(model: nn.Module) -> list[tuple[int, nn.Linear]]:
         module, wanted = modules[index], (nn.Linear if expect_linear else nn.ReLU)
         if not isinstance(module, wanted):
             raise GradcoreValueError(f"module {index} is {type(module).__name__} where {wanted.__name__} was expected: the walk-back "
-                             "handles an optional Flatten then Linear layers with ReLU between them, ending on a Linear")
+                                     "handles an optional Flatten then Linear layers with ReLU between them, ending on a Linear")
         if expect_linear:
             layers.append((index, module))
         expect_linear = not expect_linear
@@ -799,7 +799,7 @@ def walk_back_torch(model: nn.Module, gradient: Sequence[torch.Tensor], shape: S
     shape = tuple(int(size) for size in shape)
     if math.prod(shape) != layers[0][1].in_features:
         raise GradcoreValueError(f"an input of shape {shape} has {math.prod(shape)} entries, but the first Linear layer "
-                         f"takes {layers[0][1].in_features}")
+                                 f"takes {layers[0][1].in_features}")
     start = _start_layer([number for number, (_, layer) in enumerate(layers) if layer.bias is not None], start)
     reference = layer_gradients[start][0]
     weights = [layer.weight.detach().to(reference.device, reference.dtype) for _, layer in layers]
@@ -855,7 +855,7 @@ def _check_inputs(network: DenseNetwork, inputs: np.ndarray, allow_single: bool)
     inputs = np.asarray(inputs, dtype=np.float64)
     if inputs.ndim not in ((1, 2) if allow_single else (2,)) or inputs.shape[-1] != network.widths[0] or inputs.size == 0:
         raise GradcoreValueError(f"inputs must be shaped ({network.widths[0]},) or (B, {network.widths[0]}) with B >= 1, "
-                         f"got {inputs.shape}")
+                                 f"got {inputs.shape}")
     if not np.isfinite(inputs).all():
         raise GradcoreValueError("inputs contain NaN or infinite values")
     return inputs
@@ -896,7 +896,7 @@ def _check_gradients(network: DenseNetwork, layer_gradients: LayerGradients) -> 
             raise GradcoreValueError(f"dL/dW of layer {layer} has shape {np.shape(weight_gradient)}, its weight has {weight.shape}")
         if (bias is None) != (bias_gradient is None):
             raise GradcoreValueError(f"layer {layer} {'has no' if bias is None else 'has a'} bias, but its bias gradient is "
-                             f"{'given' if bias is None else 'None'}")
+                                     f"{'given' if bias is None else 'None'}")
         if bias is not None and np.shape(bias_gradient) != bias.shape:
             raise GradcoreValueError(f"dL/db of layer {layer} has shape {np.shape(bias_gradient)}, its bias has {bias.shape}")
         for name, entry in (("dL/dW", weight_gradient), ("dL/db", bias_gradient)):
