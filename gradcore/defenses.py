@@ -83,6 +83,8 @@ def defend(gradient: Sequence[torch.Tensor], name: str, seed: int = 0, context: 
     passed = {key: value for key, value in (context or {}).items() if key in accepted}
     defended = tuple(function(gradient, generator, **passed, **options))
     # A defense must never turn a finite gradient into garbage (e.g. noise beyond the dtype's range).
+    if check.all_finite(defended):
+        return defended
     for index, entry in enumerate(defended):
         if not bool(torch.isfinite(entry).all()):
             settings = ", ".join(f"{key}={value!r}" if isinstance(value, (int, float, str)) else key for key, value in options.items())
@@ -125,13 +127,17 @@ def measured_norm(gradient: Sequence[torch.Tensor]) -> float:
     as accurately as one near 1; float32 entries square exactly in float64. This is the
     measure :func:`clip` keeps at or below its bound.
     """
-    largest = max((g.detach().abs().max().item() for g in gradient if g.numel()), default=0.0)
+    entries = [g.detach().reshape(-1) for g in gradient if g.numel()]
+    if not entries:
+        return 0.0
+    flat = torch.cat(entries).double()
+    largest = flat.abs().max().item()
     if largest == 0.0:
         return 0.0
     if not math.isfinite(largest):
         return math.inf
     exponent = math.frexp(largest)[1]
-    total = sum(float(_times_power_of_two(g.detach().double(), -exponent).pow(2).sum()) for g in gradient)
+    total = float(_times_power_of_two(flat, -exponent).pow(2).sum())
     try:
         return math.ldexp(math.sqrt(total), exponent)
     except OverflowError:  # beyond float64: longer than any bound
