@@ -52,6 +52,8 @@ def batch_gradient(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor
 
     ``create_graph=True`` keeps the graph so the result can itself be differentiated
     with respect to ``inputs``, which is what every gradient-matching attack does.
+    Its arguments are not checked: it runs inside every attack's loop. The checked entry
+    points are :func:`shared_gradient`, :func:`per_sample_gradients` and :func:`local_update`.
     """
     objective = loss_function(loss)(model(inputs), targets)
     return tuple(torch.autograd.grad(objective, trainable(model), create_graph=create_graph))
