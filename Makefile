@@ -64,5 +64,5 @@ test: $(VENV)/.installed-test chromium
 	$(BIN)/gradcore check
 
 clean:
-	rm -rf _build .pytest_cache
+	rm -rf _build .pytest_cache .hypothesis
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +

@@ -17,7 +17,9 @@ The library behind the gradcore book. One module per concept:
 * :mod:`gradcore.metrics`: MSE, PSNR, SSIM, LPIPS;
 * :mod:`gradcore.plots`: the book's figures;
 * :mod:`gradcore.claims`: paper-vs-reproduced tables that chapters assert on;
-* :mod:`gradcore.papers`: every paper's hyper-parameters and reported numbers, as data.
+* :mod:`gradcore.papers`: every paper's hyper-parameters and reported numbers, as data;
+* :mod:`gradcore.validation`: the checks every entry point runs on its arguments, and the
+  library's errors (:class:`GradcoreError`, :class:`GradcoreValueError`, :class:`GradcoreTypeError`).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def setup(seed: int = 0, threads: int | None = 2, deterministic: bool = True) ->
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-from . import attacks, claims, data, defenses, evaluation, exclusivity, experiments, federated, gradients, inverting, linear, metrics, minimal, models, papers, plots, training, walkback  # noqa: E402
+from . import attacks, claims, data, defenses, evaluation, exclusivity, experiments, federated, gradients, inverting, linear, metrics, minimal, models, papers, plots, training, validation, walkback  # noqa: E402
 from .attacks import ATTACKS, AttackResult, attack, infer_labels  # noqa: E402
 from .claims import Claims  # noqa: E402
 from .data import DATASETS  # noqa: E402
@@ -68,9 +70,11 @@ from .defenses import DEFENSES, defend  # noqa: E402
 from .gradients import batch_gradient, per_sample_gradients, shared_gradient  # noqa: E402
 from .metrics import METRICS  # noqa: E402
 from .models import MODELS  # noqa: E402
+from .validation import GradcoreError, GradcoreTypeError, GradcoreValueError  # noqa: E402
 
 __all__ = [
-    "ATTACKS", "AttackResult", "Claims", "DATASETS", "DEFENSES", "METRICS", "MODELS", "attack", "attacks",
+    "ATTACKS", "AttackResult", "Claims", "DATASETS", "DEFENSES", "GradcoreError", "GradcoreTypeError", "GradcoreValueError",
+    "METRICS", "MODELS", "attack", "attacks",
     "batch_gradient", "claims", "data", "defend", "defenses", "experiments", "gradients", "infer_labels", "linear", "metrics",
     "models", "papers", "per_sample_gradients", "plots", "setup", "shared_gradient",
 ]

@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from . import gradients as grads
 from . import metrics
+from . import validation as check
 from .registry import Registry
 
 ATTACKS: Registry = Registry("attack")
@@ -86,6 +87,19 @@ class Observation:
     The model and its weights, the shared gradient, the input shape and the batch
     size; optionally the labels (or regression targets) and the loss. ``truth`` is
     the private batch, used only to record quality over iterations.
+
+    Everything is checked on construction, before any attack runs (see
+    :mod:`gradcore.validation`): the gradient fits the model (one finite tensor per
+    trainable parameter, of its shape, dtype and device, not zero everywhere), the shape
+    fits the model (one forward pass of zeros), the batch size is a positive whole
+    number, the labels fit the loss and the model's outputs (integer classes in range, or
+    regression targets of the output's size), and the truth is a finite floating batch
+    ``(batch_size, *shape)``.
+
+    Raises
+    ------
+    GradcoreValueError, GradcoreTypeError
+        The first argument that does not fit, named, with what was expected and what was given.
     """
 
     model: nn.Module
@@ -97,6 +111,26 @@ class Observation:
     truth: torch.Tensor | None = None
     seed: int = 0
     progress: bool = True
+
+    def __post_init__(self):
+        check.trainable_parameters("model", self.model)
+        self.gradient = grads.validate(self.gradient, self.model)
+        check.positive_int("batch size", self.batch_size)
+        check.input_shape("shape", self.shape)
+        self.shape = tuple(int(s) for s in self.shape)
+        check.loss("loss", self.loss)
+        check.integer("seed", self.seed)
+        check.boolean("progress", self.progress)
+        outputs = check.model_outputs(self.model, self.shape, "inputs")
+        device = self.gradient[0].device
+        if self.labels is not None:
+            check.targets_for("labels", self.labels, self.batch_size, outputs, self.loss, device)
+        if self.truth is not None:
+            check.tensor("truth", self.truth, floating=True)
+            if tuple(self.truth.shape) != (self.batch_size, *self.shape):
+                raise check.GradcoreValueError(f"truth has shape {tuple(self.truth.shape)}, expected {(self.batch_size, *self.shape)} "
+                                               "(batch_size samples of the given shape)")
+            check.finite("truth", self.truth)
 
 
 def attack(name: str, model: nn.Module, gradient: Sequence[torch.Tensor], *, shape: Sequence[int], batch_size: int = 1,
@@ -128,16 +162,16 @@ def attack(name: str, model: nn.Module, gradient: Sequence[torch.Tensor], *, sha
         Show a progress bar.
     **config
         Attack settings (iterations, optimiser, step size, ...).
+
+    Raises
+    ------
+    GradcoreValueError, GradcoreTypeError
+        Before the attack starts: an unknown or missing setting, a setting of the wrong type
+        or range (``iterations=-5``, ``lr="0.1"``), or an observation that does not fit the
+        model (see :class:`Observation`).
     """
     attack_function = ATTACKS[name]
-    gradient = grads.validate(gradient, model)
-    if batch_size < 1:
-        raise ValueError(f"batch size must be at least 1, got {batch_size}")
-    shape = tuple(int(s) for s in shape)
-    if truth is not None and tuple(truth.shape) != (batch_size, *shape):
-        raise ValueError(f"truth has shape {tuple(truth.shape)}, expected {(batch_size, *shape)}")
-    if labels is not None and len(labels) != batch_size:
-        raise ValueError(f"{len(labels)} labels given for a batch of {batch_size}")
+    check.options(f"attack {name!r}", attack_function, config, skip=("observation",))
     observation = Observation(model, gradient, shape, batch_size, labels, loss, truth, seed, progress)
     start = time.perf_counter()
     result = attack_function(observation, **config)
@@ -174,14 +208,14 @@ def _first_linear(model: nn.Module) -> nn.Linear:
             return module
         if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
             break
-    raise ValueError("the closed form needs a model whose first weighted layer is fully connected")
+    raise check.GradcoreValueError("the closed form needs a model whose first weighted layer is fully connected")
 
 
 def _parameter_index(model: nn.Module, parameter: torch.Tensor) -> int:
     for index, candidate in enumerate(grads.trainable(model)):
         if candidate is parameter:
             return index
-    raise ValueError("that layer's parameters are not trainable, so the gradient holds nothing for them")
+    raise check.GradcoreValueError("that layer's parameters are not trainable, so the gradient holds nothing for them")
 
 
 @ATTACKS.register("closed_form")
@@ -194,16 +228,16 @@ def closed_form(observation: Observation) -> AttackResult:
     largest ``|dL/db_i|`` is used, as the best conditioned.
     """
     if observation.batch_size != 1:
-        raise ValueError("the closed form recovers a single sample; a batch of "
-                         f"{observation.batch_size} yields only a mixture of its inputs (use 'dlg')")
+        raise check.GradcoreValueError("the closed form recovers a single sample; a batch of "
+                                       f"{observation.batch_size} yields only a mixture of its inputs (use 'dlg')")
     layer = _first_linear(observation.model)
     if layer.bias is None:
-        raise ValueError("the closed form needs a bias in the first fully-connected layer")
+        raise check.GradcoreValueError("the closed form needs a bias in the first fully-connected layer")
     weight_gradient = observation.gradient[_parameter_index(observation.model, layer.weight)]
     bias_gradient = observation.gradient[_parameter_index(observation.model, layer.bias)]
     row = int(torch.argmax(bias_gradient.abs()))
     if bias_gradient[row] == 0:
-        raise ValueError("blocked: every row of the first layer's bias gradient is zero, so no row can be divided out")
+        raise check.GradcoreValueError("blocked: every row of the first layer's bias gradient is zero, so no row can be divided out")
     reconstruction = (weight_gradient[row] / bias_gradient[row]).reshape(1, *observation.shape)
     history = _empty_history(observation)
     _recorder(observation, history)(0, 0.0, reconstruction)
@@ -218,7 +252,7 @@ def closed_form(observation: Observation) -> AttackResult:
 def _last_linear(model: nn.Module) -> nn.Linear:
     layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
     if not layers:
-        raise ValueError("label inference needs a fully-connected output layer")
+        raise check.GradcoreValueError("label inference needs a fully-connected output layer")
     return layers[-1]
 
 
@@ -231,6 +265,8 @@ def infer_labels(model: nn.Module, gradient: Sequence[torch.Tensor], batch_size:
     label is the arg-min of the row sums: exact, not a guess. For a batch this is a
     heuristic: the ``batch_size`` most negative rows, a label possibly repeated.
     """
+    gradient = check.gradient(gradient, model)
+    check.positive_int("batch_size", batch_size)
     layer = _last_linear(model)
     weight_gradient = tuple(gradient)[_parameter_index(model, layer.weight)]
     row_sums = weight_gradient.sum(dim=1)
@@ -295,7 +331,7 @@ def dlg(observation: Observation, optimiser: str = "lbfgs", iterations: int = 30
     learn_labels = observation.labels is None
     if learn_labels:
         if observation.loss != "cross_entropy":
-            raise ValueError("labels can only be learned for a cross-entropy loss; pass the regression targets")
+            raise check.GradcoreValueError("labels can only be learned for a cross-entropy loss; pass the regression targets")
         num_classes = _last_linear(observation.model).out_features
         label_logits = torch.randn((observation.batch_size, num_classes), generator=generator).to(device, dtype).requires_grad_(True)
         variables.append(label_logits)

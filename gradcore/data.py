@@ -20,6 +20,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from . import validation as check
 from .registry import Registry
 
 DATASETS: Registry = Registry("dataset")
@@ -87,13 +88,13 @@ class Dataset:
         -------
         images, labels : torch.Tensor
         """
-        if not 1 <= size <= len(self):
-            raise ValueError(f"batch size must be between 1 and {len(self)}, got {size}")
+        check.integer("batch size", size, low=1, high=len(self))
+        check.integer("seed", seed)
         generator = np.random.default_rng(seed)
         order = generator.permutation(len(self))
         if distinct_labels:
             if size > self.num_classes:
-                raise ValueError(f"{size} distinct labels asked for, {self.name} has {self.num_classes} classes")
+                raise check.GradcoreValueError(f"{size} distinct labels asked for, {self.name} has {self.num_classes} classes")
             _, first = np.unique(self.labels.numpy()[order], return_index=True)
             order = order[np.sort(first)]
         index = torch.as_tensor(order[:size])
@@ -104,8 +105,17 @@ class Dataset:
 
 
 def load(name: str, **options) -> Dataset:
-    """Load a dataset by registry name, e.g. ``load("photos", size=32)``."""
-    return DATASETS[name](**options)
+    """Load a dataset by registry name, e.g. ``load("photos", size=32)``.
+
+    Raises
+    ------
+    GradcoreValueError, GradcoreTypeError
+        An unknown option, or one of the wrong type or range (``size=0``,
+        ``crop_fraction=2``), before anything is read.
+    """
+    loader = DATASETS[name]
+    check.options(f"dataset {name!r}", loader, options)
+    return loader(**options)
 
 
 @DATASETS.register("digits")

@@ -30,6 +30,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
+from . import validation as check
 from .gradients import Gradient, batch_gradient, loss_after_update, norm
 from .registry import Registry
 
@@ -55,22 +56,53 @@ def defend(gradient: Sequence[torch.Tensor], name: str, seed: int = 0, context: 
         ``loss``. Each entry reaches only defenses whose signature names it.
     **options
         The defense's own settings (``sigma``, ``bound``, ``keep``, ``trials``, ...).
+
+    Raises
+    ------
+    GradcoreValueError, GradcoreTypeError
+        Before anything is computed: a gradient that is not a sequence of finite floating
+        tensors of one dtype and device (NaN and infinite entries are refused, naming the
+        entry and, with a model in the context, its parameter), one that does not fit the
+        context's model, an unknown context key, or an option of the wrong type or range
+        (the message names the option and the accepted range).
     """
     function = DEFENSES[name]
-    generator = torch.Generator().manual_seed(seed)
-    accepted = inspect.signature(function).parameters
+    check.integer("seed", seed)
+    if context is not None and not isinstance(context, dict):
+        raise check.GradcoreTypeError(f"context must be a dict with keys among {', '.join(CONTEXT)}; got {check.describe(context)}")
     unknown = set(context or {}) - set(CONTEXT)
     if unknown:
-        raise ValueError(f"unknown defense context {sorted(unknown)}; known: {', '.join(CONTEXT)}")
+        raise check.GradcoreValueError(f"unknown defense context {sorted(unknown)}; known: {', '.join(CONTEXT)}")
+    model = (context or {}).get("model")
+    if model is not None:
+        check.trainable_parameters("the context's model", model)
+    gradient = check.gradient(gradient, model)
+    check_options(name, function, options)
+    generator = torch.Generator().manual_seed(seed)
+    accepted = inspect.signature(function).parameters
     passed = {key: value for key, value in (context or {}).items() if key in accepted}
-    return tuple(function(tuple(gradient), generator, **passed, **options))
+    defended = tuple(function(gradient, generator, **passed, **options))
+    # A defense must never turn a finite gradient into garbage (e.g. noise beyond the dtype's range).
+    if check.all_finite(defended):
+        return defended
+    for index, entry in enumerate(defended):
+        if not bool(torch.isfinite(entry).all()):
+            settings = ", ".join(f"{key}={value!r}" if isinstance(value, (int, float, str)) else key for key, value in options.items())
+            raise check.GradcoreValueError(f"the {name} defense ({settings or 'no options'}) produced non-finite values in entry "
+                                           f"{index} (dtype {entry.dtype}): its options exceed what the gradient's dtype can hold")
+    return defended
+
+
+def check_options(name: str, function: Callable, options: dict) -> None:
+    """Refuse options the defense ``name`` does not have, misses, or gets with the wrong type or range."""
+    check.options(f"defense {name!r}", function, options, skip=("gradient", "generator") + CONTEXT)
 
 
 def _require(name: str, **context) -> None:
     missing = [key for key, value in context.items() if value is None]
     if missing:
-        raise ValueError(f"the {name} defense needs the client's {', '.join(missing)}: share through "
-                         "gradcore.shared_gradient / Scenario.gradient, or pass defend(..., context={...})")
+        raise check.GradcoreValueError(f"the {name} defense needs the client's {', '.join(missing)}: share through "
+                                       "gradcore.shared_gradient / Scenario.gradient, or pass defend(..., context={...})")
 
 
 @DEFENSES.register("none")
@@ -83,17 +115,69 @@ def no_defense(gradient: Gradient, generator: torch.Generator) -> Gradient:
 def gaussian_noise(gradient: Gradient, generator: torch.Generator, sigma: float) -> Gradient:
     """Add i.i.d. N(0, sigma^2) to every entry: the noise half of DP-SGD (Abadi et al., 2016)."""
     if sigma < 0:
-        raise ValueError(f"noise scale sigma must be non-negative, got {sigma}")
+        raise check.GradcoreValueError(f"noise scale sigma must be non-negative, got {sigma}")
     return tuple(g + sigma * torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device) for g in gradient)
+
+
+def measured_norm(gradient: Sequence[torch.Tensor]) -> float:
+    """Euclidean norm of the whole gradient in float64, free of overflow and underflow.
+
+    Every entry is divided by one power of two near the largest magnitude (an exact
+    operation) before squaring, so a gradient of entries near 1e30 or 1e-30 is measured
+    as accurately as one near 1; float32 entries square exactly in float64. This is the
+    measure :func:`clip` keeps at or below its bound.
+    """
+    entries = [g.detach().reshape(-1) for g in gradient if g.numel()]
+    if not entries:
+        return 0.0
+    flat = torch.cat(entries).double()
+    largest = flat.abs().max().item()
+    if largest == 0.0:
+        return 0.0
+    if not math.isfinite(largest):
+        return math.inf
+    exponent = math.frexp(largest)[1]
+    total = float(_times_power_of_two(flat, -exponent).pow(2).sum())
+    try:
+        return math.ldexp(math.sqrt(total), exponent)
+    except OverflowError:  # beyond float64: longer than any bound
+        return math.inf
 
 
 @DEFENSES.register("clip")
 def clip(gradient: Gradient, generator: torch.Generator, bound: float) -> Gradient:
-    """Rescale the whole gradient to Euclidean norm at most ``bound``: DP-SGD's other half."""
+    """Rescale the whole gradient to Euclidean norm at most ``bound``: DP-SGD's other half.
+
+    A gradient whose norm (:func:`measured_norm`) is at most ``bound`` is returned as it
+    is, the same tensors, bit for bit. A longer one is multiplied by one factor so that
+    its norm is ``bound`` up to rounding and never above it, at any scale and in float32
+    as in float64.
+    """
     if bound <= 0:
-        raise ValueError(f"clip bound must be positive, got {bound}")
-    scale = torch.clamp(bound / (norm(gradient) + 1e-12), max=1.0)
-    return tuple(g * scale for g in gradient)
+        raise check.GradcoreValueError(f"clip bound must be positive, got {bound}")
+    total = measured_norm(gradient)
+    if total <= bound:
+        return tuple(gradient)
+    dtype = gradient[0].dtype
+    # The first factor is the one gradcore always computed, in the gradient's precision (so a
+    # clipped float32 gradient keeps its bits where it already met the bound); rounding can
+    # leave the product a few units above the bound, so the factor steps down until it is not.
+    factor = bound / norm(gradient)
+    if bool(torch.isfinite(factor)) and float(factor) >= torch.finfo(dtype).tiny:
+        for _ in range(8):
+            clipped = tuple(g * factor for g in gradient)
+            if measured_norm(clipped) <= bound:
+                return clipped
+            factor = torch.nextafter(factor, torch.zeros_like(factor))
+    # The gradient's own precision overflowed or underflowed (entries near 1e30 or 1e-30 in
+    # float32): scale in float64, round once to the dtype, step down by the dtype's epsilon.
+    exact = bound / total
+    for _ in range(64):
+        clipped = tuple((g.double() * exact).to(dtype) for g in gradient)
+        if measured_norm(clipped) <= bound:
+            return clipped
+        exact *= 1.0 - torch.finfo(dtype).eps
+    raise RuntimeError(f"clip could not bring a gradient of norm {total:g} within {bound:g}")  # not reached: each step shrinks it
 
 
 @DEFENSES.register("dp")
@@ -121,7 +205,7 @@ def sparsify(gradient: Gradient, generator: torch.Generator, keep: float) -> Gra
     ``torch.topk``'s order, so the count is exact even for repeated values.
     """
     if not 0 < keep <= 1:
-        raise ValueError(f"the kept fraction must lie in (0, 1], got {keep}")
+        raise check.GradcoreValueError(f"the kept fraction must lie in (0, 1], got {keep}")
     sparse = []
     for g in gradient:
         flat = g.reshape(-1)
@@ -141,7 +225,7 @@ def last_linear(model: nn.Module) -> nn.Linear:
     """The model's last ``nn.Linear``: its input is the representation Soteria perturbs."""
     layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
     if not layers:
-        raise ValueError("Soteria needs a model whose last layer is nn.Linear (the representation is its input)")
+        raise check.GradcoreValueError("Soteria needs a model whose last layer is nn.Linear (the representation is its input)")
     return layers[-1]
 
 
@@ -186,12 +270,12 @@ def soteria(gradient: Gradient, generator: torch.Generator, prune: float, *, mod
     """
     _require("soteria", model=model, inputs=inputs)
     if not 0 <= prune < 1:
-        raise ValueError(f"the pruned fraction must lie in [0, 1), got {prune}")
+        raise check.GradcoreValueError(f"the pruned fraction must lie in [0, 1), got {prune}")
     layer = last_linear(model)
     trained = [p for p in model.parameters() if p.requires_grad]
     index = next((i for i, p in enumerate(trained) if p is layer.weight), None)
     if index is None:
-        raise ValueError("the last linear layer's weight is not trainable, so its gradient cannot be pruned")
+        raise check.GradcoreValueError("the last linear layer's weight is not trainable, so its gradient cannot be pruned")
     sensitivity = representation_sensitivity(model, inputs)
     pruned = int(round(prune * len(sensitivity)))
     mask = torch.ones_like(sensitivity)
@@ -209,33 +293,89 @@ def soteria(gradient: Gradient, generator: torch.Generator, prune: float, *, mod
 PROJECTIONS = ("exact", "public")
 
 
+def _power_of_two(tensor: torch.Tensor) -> int:
+    """Exponent ``k`` such that ``tensor / 2**k`` has its largest entry in [0.5, 1), or 0 when no rescaling is needed.
+
+    No rescaling (0) while the largest magnitude keeps the tensor's squares and their sum
+    well inside its dtype's range: then CENSOR computes exactly what it always did. Outside
+    it (entries near 1e30 or 1e-30 in float32), dividing by a power of two is exact and keeps
+    every sum of squares finite and normal.
+    """
+    if tensor.numel() == 0:
+        return 0
+    largest = tensor.detach().abs().max().item()
+    if largest == 0.0 or not math.isfinite(largest):
+        return 0
+    info = torch.finfo(tensor.dtype)
+    if math.sqrt(info.tiny / info.eps) <= largest <= math.sqrt(info.max / tensor.numel()) * info.eps:
+        return 0
+    return math.frexp(largest)[1]
+
+
+def _times_power_of_two(tensor: torch.Tensor, exponent: int) -> torch.Tensor:
+    """``tensor * 2**exponent``, exact unless the result itself over- or underflows.
+
+    Applied in steps of at most 2**100, each a power of two the dtype holds exactly; the
+    steps move monotonically towards the result, so no intermediate over- or underflows.
+    """
+    while exponent:
+        step = max(-100, min(100, exponent))
+        tensor = tensor * (2.0 ** step)
+        exponent -= step
+    return tensor
+
+
+def _projection(random: torch.Tensor, true: torch.Tensor, projection: str) -> tuple[torch.Tensor, int]:
+    """``(vector, k)`` with ``vector * 2**k`` the projection of :func:`orthogonal_projection`; ``k = 0`` where it fits the dtype."""
+    if projection not in PROJECTIONS:
+        raise check.GradcoreValueError(f"unknown projection {projection!r}; known: {', '.join(PROJECTIONS)}")
+    exponent = _power_of_two(true)
+    scaled = _times_power_of_two(true, -exponent)  # true itself when exponent is 0
+    squared = (scaled * scaled).sum()
+    if projection == "public":  # u - <u, g>/||g|| g, u = r/||r||; with g = 2^k scaled its term is 2^k <u, s>/||s|| s
+        unit = random / random.norm()
+        if squared == 0:
+            return unit, 0
+        along = (unit * scaled).sum() / squared.sqrt() * scaled
+        term = _times_power_of_two(along, exponent)
+        if exponent == 0 or bool(torch.isfinite(term).all()):
+            return unit - term, 0
+        # Too large for the dtype: return the projection divided by 2^k, the same direction.
+        return _times_power_of_two(unit, -exponent) - along, exponent
+    if squared == 0:
+        return random.clone(), 0
+    return random - (random * scaled).sum() / squared * scaled, 0  # invariant to the scale of g
+
+
 def orthogonal_projection(random: torch.Tensor, true: torch.Tensor, projection: str = "exact") -> torch.Tensor:
     """Remove from ``random`` its component along ``true`` (CENSOR, Algorithm 1, step 1).
 
     ``"exact"`` is the paper's ``r - <r, g>/<g, g> g``, orthogonal to ``g`` for every
-    ``g != 0``. ``"public"`` is what the released code computes (github.com/KaiyuanZh/censor,
-    ``defense.py``, ``generate_orthogonal_gradient``): it scales the draw to unit norm,
-    ``u = r / ||r||``, and subtracts ``<u, g>/||g|| g``, dividing by the norm where the paper
-    divides by its square. Its inner product with ``g`` is ``<u, g> (1 - ||g||)``: orthogonal
-    only when ``||g|| = 1``. A zero ``g`` leaves the draw as is (scaled to unit norm for
-    ``"public"``).
+    ``g != 0`` at any scale (the inner products are taken on ``g`` divided by a power of two,
+    so they neither overflow nor underflow). ``"public"`` is what the released code computes
+    (github.com/KaiyuanZh/censor, ``defense.py``, ``generate_orthogonal_gradient``): it
+    scales the draw to unit norm, ``u = r / ||r||``, and subtracts ``<u, g>/||g|| g``,
+    dividing by the norm where the paper divides by its square. Its inner product with ``g``
+    is ``<u, g> (1 - ||g||)``: orthogonal only when ``||g|| = 1``. A zero ``g`` leaves the
+    draw as is (scaled to unit norm for ``"public"``).
     """
-    if projection not in PROJECTIONS:
-        raise ValueError(f"unknown projection {projection!r}; known: {', '.join(PROJECTIONS)}")
-    if projection == "public":
-        unit = random / random.norm()
-        length = true.norm()
-        return unit - (unit * true).sum() / length * true if length > 0 else unit
-    inner = (random * true).sum()
-    squared = (true * true).sum()
-    if squared == 0:
-        return random.clone()
-    return random - inner / squared * true
+    vector, exponent = _projection(random, true, projection)
+    return _times_power_of_two(vector, exponent)
 
 
-def _rescale(tensor: torch.Tensor, target_norm: torch.Tensor) -> torch.Tensor:
-    current = tensor.norm()
-    return tensor * (target_norm / current) if current > 0 else torch.zeros_like(tensor)
+def _scaled_norm(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """``(n, k)`` with ``n * 2**k`` the Euclidean norm of ``tensor``, ``n`` computed without overflow or underflow."""
+    exponent = _power_of_two(tensor)
+    return _times_power_of_two(tensor, -exponent).norm(), exponent
+
+
+def _rescale(tensor: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``tensor`` rescaled to the Euclidean norm of ``like`` (zeros if ``tensor`` is zero), at any scale."""
+    target, target_exponent = _scaled_norm(like)
+    current, current_exponent = _scaled_norm(tensor)
+    if not current > 0:
+        return torch.zeros_like(tensor)
+    return _times_power_of_two(tensor * (target / current), target_exponent - current_exponent)
 
 
 def censor_candidate(gradient: Gradient, random: Sequence[torch.Tensor], projection: str = "exact",
@@ -246,10 +386,10 @@ def censor_candidate(gradient: Gradient, random: Sequence[torch.Tensor], project
     ``False`` treats the whole gradient as one vector (the ablation of Table VII).
     """
     if layerwise:
-        return tuple(_rescale(orthogonal_projection(r, g, projection), g.norm()) for r, g in zip(random, gradient))
+        return tuple(_rescale(_projection(r, g, projection)[0], g) for r, g in zip(random, gradient))
     flat_g = torch.cat([g.reshape(-1) for g in gradient])
     flat_r = torch.cat([r.reshape(-1) for r in random])
-    flat = _rescale(orthogonal_projection(flat_r, flat_g, projection), flat_g.norm())
+    flat = _rescale(_projection(flat_r, flat_g, projection)[0], flat_g)
     sizes = [g.numel() for g in gradient]
     return tuple(part.reshape(g.shape) for part, g in zip(torch.split(flat, sizes), gradient))
 
@@ -292,13 +432,13 @@ def censor(gradient: Gradient, generator: torch.Generator, trials: int = 20, lr:
         perturbations = [tuple(p) for p in perturbations]
         trials = len(perturbations)
     if trials < 1:
-        raise ValueError(f"CENSOR needs at least one trial, got {trials}")
+        raise check.GradcoreValueError(f"CENSOR needs at least one trial, got {trials}")
     scorer = _without_running_statistics(model)
     best, best_loss = None, math.inf
     for trial in range(trials):
         random = perturbations[trial] if perturbations is not None else _normal_like(gradient, generator)
         if len(random) != len(gradient) or any(r.shape != g.shape for r, g in zip(random, gradient)):
-            raise ValueError("a perturbation must have the gradient's shapes, one tensor per trainable parameter")
+            raise check.GradcoreValueError("a perturbation must have the gradient's shapes, one tensor per trainable parameter")
         candidate = censor_candidate(gradient, [r.to(g.device, g.dtype) for r, g in zip(random, gradient)], projection, layerwise)
         value = loss_after_update(scorer, tuple(lr * c for c in candidate), inputs, labels, loss)
         if best is None or value < best_loss:
@@ -349,7 +489,7 @@ def overhead(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, name:
     assert more than a sanity check.
     """
     if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
+        raise check.GradcoreValueError(f"repeats must be at least 1, got {repeats}")
     context = {"model": model, "inputs": inputs, "labels": labels, "loss": loss}
     gradient_times, defense_times = [], []
     for repeat in range(repeats):

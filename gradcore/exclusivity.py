@@ -72,19 +72,34 @@ from torch import nn
 
 from . import data as datasets
 from . import models, training, walkback
+from . import validation as check
 from .attacks import ATTACKS, AttackResult, Observation, _empty_history, _recorder
 from .walkback import DenseNetwork
 
 STATES = ("insecure", "secure", "neither")
 
 
-class NotInsecureError(ValueError):
+class NotInsecureError(check.GradcoreValueError):
     """The batch behind a gradient does not meet the insecure boundary condition; the message says where."""
 
 
 # ----------------------------------------------------------------------------------
 # Forward and backward, with or without the first ReLU (exclusivity reduction, Sec. 6)
 # ----------------------------------------------------------------------------------
+
+
+def _check_network(network) -> None:
+    if not isinstance(network, DenseNetwork):
+        raise check.GradcoreTypeError(f"network must be a gradcore.walkback.DenseNetwork (walkback.from_torch converts a torch "
+                                      f"MLP); got {check.describe(network)}")
+
+
+def _check_batch(network: DenseNetwork, inputs, labels=None) -> None:
+    """A batch ``(B, d0)`` of finite inputs and, when given, one class index per sample within the classes."""
+    _check_network(network)
+    walkback._check_inputs(network, inputs, allow_single=False)
+    if labels is not None:
+        walkback._check_batch(network, inputs, labels, "cross_entropy")
 
 
 def _relu_after(network: DenseNetwork, layer: int, first_relu: bool) -> bool:
@@ -113,6 +128,7 @@ def per_sample_sensitivities(network: DenseNetwork, inputs: np.ndarray, labels: 
     ``first_relu=False`` is the network after exclusivity reduction: the first hidden
     layer feeds the second linearly.
     """
+    _check_batch(network, inputs, labels)
     labels = np.atleast_1d(np.asarray(labels))
     layer_inputs, pre_activations = _forward(network, inputs, first_relu)
     residual = walkback.softmax(pre_activations[-1])
@@ -129,6 +145,7 @@ def per_sample_sensitivities(network: DenseNetwork, inputs: np.ndarray, labels: 
 
 def batch_gradients(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray, first_relu: bool = True) -> list:
     """The average gradient ``(dL/dW_l, dL/db_l)`` per layer, with or without the first ReLU."""
+    _check_batch(network, inputs, labels)
     if first_relu:
         return walkback.gradients(network, np.atleast_2d(inputs), np.atleast_1d(labels))
     layer_inputs, sensitivities = per_sample_sensitivities(network, inputs, labels, first_relu)
@@ -148,8 +165,9 @@ def activation_patterns(network: DenseNetwork, inputs: np.ndarray, first_relu: b
     Without the first ReLU every unit of the first hidden layer passes every sample,
     so that layer's pattern is all ones.
     """
+    _check_batch(network, inputs)
     if network.depth < 2:
-        raise ValueError("neuron exclusivity needs at least one hidden ReLU layer; the network is a single linear layer")
+        raise check.GradcoreValueError("neuron exclusivity needs at least one hidden ReLU layer; the network is a single linear layer")
     _, pre_activations = _forward(network, inputs, first_relu)
     patterns = [pre > 0 for pre in pre_activations[:-1]]
     if not first_relu:
@@ -216,12 +234,23 @@ class ExclusivityReport:
         ``insecure``, ``secure`` or ``neither`` (:func:`classify`).
     reason : str
         Why.
+    recoverable : bool or None
+        With labels given to :func:`analyse`: whether :func:`reconstruct` recovers this
+        batch (every input and label) from its average gradient; ``None`` without labels.
+    attack_reason : str
+        Why or why not. The paper's conditions are about activation patterns; the attack
+        also needs the loss vectors ``p - onehot(y)`` to be told apart in the gradient, which
+        fails for samples fit so confidently that their loss vector nearly vanishes, or
+        whose loss vectors are nearly parallel: then an "insecure" batch is not recovered,
+        and this says so.
     """
 
     counts: np.ndarray
     first_width: int
     state: str
     reason: str
+    recoverable: bool | None = None
+    attack_reason: str = ""
 
     @property
     def batch_size(self) -> int:
@@ -236,11 +265,78 @@ class ExclusivityReport:
         return self.state == "secure"
 
 
-def analyse(network: DenseNetwork, inputs: np.ndarray, first_relu: bool = True) -> ExclusivityReport:
-    """Classify a batch ``(B, d0)`` on ``network`` without raising (the server cannot run this: it needs the batch)."""
+def analyse(network: DenseNetwork, inputs: np.ndarray, first_relu: bool = True, labels: np.ndarray | None = None,
+            tolerance: float = 1e-12) -> ExclusivityReport:
+    """Classify a batch ``(B, d0)`` on ``network`` (the server cannot run this: it needs the batch).
+
+    With ``labels`` the report also says whether the deterministic attack recovers the
+    batch from its average gradient, and if not, why (``recoverable``, ``attack_reason``):
+    the exclusivity state and the attack can disagree for very confident models, and the
+    report then names the loss vectors that the attack cannot tell apart.
+
+    Raises
+    ------
+    GradcoreValueError, GradcoreTypeError
+        Not a :class:`~gradcore.walkback.DenseNetwork`, inputs that are not a finite batch
+        ``(B, d0)``, labels outside the classes; never for the state of the batch.
+    """
+    check.boolean("first_relu", first_relu)
+    check.number("tolerance", tolerance, low=0, low_open=True)
+    _check_batch(network, inputs, labels)
     counts = exclusive_counts(activation_patterns(network, inputs, first_relu))
     state, reason = classify(counts, network.widths[1])
-    return ExclusivityReport(counts, network.widths[1], state, reason)
+    report = ExclusivityReport(counts, network.widths[1], state, reason)
+    if labels is not None:
+        report.recoverable, report.attack_reason = _attack_verdict(network, np.atleast_2d(inputs), np.asarray(labels), first_relu,
+                                                                   tolerance, state)
+    return report
+
+
+def _attack_verdict(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray, first_relu: bool, tolerance: float,
+                    state: str, exact: float = 1e-6) -> tuple[bool, str]:
+    """Run :func:`reconstruct` on the batch's own gradient: did it recover the batch, and if not, why."""
+    if not first_relu:
+        return False, "the attack needs a ReLU after the first hidden layer; this network is reduced"
+    try:
+        recovery = reconstruct(network, walkback.gradients(network, inputs, labels), len(inputs), tolerance)
+    except ValueError as error:
+        outcome = f"the attack fails on this batch's gradient ({error})"
+    else:
+        error = relative_error(recovery.inputs, inputs)
+        if error < exact and sorted(recovery.labels.tolist()) == sorted(labels.tolist()):
+            return True, f"the attack recovers every input (relative error {error:.1g}) and label"
+        outcome = f"the attack returns inputs off by {error:.2g} (relative) or wrong labels"
+    if state != "insecure":
+        return False, outcome
+    return False, f"insecure by exclusivity, but {outcome}: {_loss_vector_diagnosis(network, inputs, labels, tolerance)}"
+
+
+def _loss_vector_diagnosis(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray, tolerance: float) -> str:
+    """Why the column grouping cannot separate the samples: the smallest loss vector and the two least separable ones.
+
+    A column of the last layer's gradient shared by samples ``m`` and ``n`` is
+    ``a_m g_m + a_n g_n``; its direction leaves ``g_n``'s by about ``(a_m / a_n) |g_m perp g_n| / |g_n|``.
+    When that is near the tolerance, shared columns group with each other or with a
+    sample's own columns and the attack sees the wrong number of samples.
+    """
+    probabilities = walkback.softmax(walkback.forward(network, inputs).output)
+    loss_vectors = probabilities.copy()
+    loss_vectors[np.arange(len(labels)), labels] -= 1.0
+    norms = np.linalg.norm(loss_vectors, axis=1)
+    smallest = int(np.argmin(norms))
+    text = (f"sample {smallest} is fit so confidently that its loss vector p - onehot(y) has norm {norms[smallest]:.2g} "
+            f"(p_y = {probabilities[smallest, labels[smallest]]:.12g}), against {norms.max():.2g} for the largest")
+    separations = []
+    for m in range(len(labels)):
+        for n in range(len(labels)):
+            if m != n and norms[n] > 0:
+                along = loss_vectors[n] / norms[n]
+                separations.append((np.linalg.norm(loss_vectors[m] - (loss_vectors[m] @ along) * along) / norms[n], m, n))
+    if separations:
+        separation, m, n = min(separations)
+        text += (f"; the columns samples {m} and {n} share leave sample {n}'s direction by about {separation:.2g} per unit "
+                 f"ratio of their activations, against a grouping tolerance of {tolerance:g}")
+    return text
 
 
 # ----------------------------------------------------------------------------------
@@ -320,11 +416,11 @@ def _solve_rows(weight_gradient: np.ndarray, bias_gradient: np.ndarray, rows: np
 
 def _require_biases(network: DenseNetwork) -> None:
     if network.depth < 2:
-        raise ValueError("the exclusivity attack needs at least one hidden ReLU layer; the network is a single linear layer")
+        raise check.GradcoreValueError("the exclusivity attack needs at least one hidden ReLU layer; the network is a single linear layer")
     unbiased = [layer for layer in range(network.depth - 1) if network.biases[layer] is None]
     if unbiased:
-        raise ValueError(f"hidden layer(s) {unbiased} have no bias: gradcore's exclusivity attack divides by the bias "
-                         "gradient of every hidden layer (the paper's bias-free calibration is not implemented)")
+        raise check.GradcoreValueError(f"hidden layer(s) {unbiased} have no bias: gradcore's exclusivity attack divides by the bias "
+                                       "gradient of every hidden layer (the paper's bias-free calibration is not implemented)")
 
 
 def reconstruct(network: DenseNetwork, layer_gradients: Sequence, batch_size: int, tolerance: float = 1e-12) -> ExclusivityRecovery:
@@ -355,27 +451,30 @@ def reconstruct(network: DenseNetwork, layer_gradients: Sequence, batch_size: in
         A network outside the family (no hidden layer, a bias-free hidden layer), a
         gradient that does not fit it, a batch size below 1, or more groups than ``M``.
     """
+    _check_network(network)
+    check.positive_int("batch size", batch_size)
+    check.number("tolerance", tolerance, low=0, low_open=True)
     _require_biases(network)
     gradients = walkback._check_gradients(network, layer_gradients)
-    if batch_size < 1:
-        raise ValueError(f"batch size must be at least 1, got {batch_size}")
     depth, hidden = network.depth, network.depth - 1
     groups = loss_groups(gradients[-1][0], tolerance)
     if len(groups) > batch_size:
-        raise ValueError(f"{len(groups)} groups of parallel loss columns at the last ReLU layer, more than the batch size "
-                         f"{batch_size}: the batch size given is wrong, the loss is not cross-entropy, or a sample's loss "
-                         "vector is so small (a confidently fit sample) that shared columns group spuriously at this tolerance")
+        raise check.GradcoreValueError(f"{len(groups)} groups of parallel loss columns at the last ReLU layer, more than the batch size "
+                                       f"{batch_size}: the batch size given is wrong, the loss is not cross-entropy, or the samples' loss "
+                                       "vectors p - onehot(y) are so small (a confidently fit sample) or so nearly parallel that shared "
+                                       "columns group spuriously at this tolerance (analyse(..., labels=...) names them)")
     if len(groups) < batch_size:
         raise NotInsecureError(f"not insecure: only {len(groups)} of {batch_size} samples show >= 2 exclusive neurons at the "
                                f"last ReLU layer (layer {hidden}, width {network.widths[hidden]}); the others have at most one, "
-                               "which the gradient cannot tell from a shared unit")
+                               "which the gradient cannot tell from a shared unit; or a sample is fit so confidently that "
+                               "its loss vector p - onehot(y) vanishes from the gradient (analyse(..., labels=...) says which)")
     columns = gradients[-1][0]
     directions = np.stack([columns[:, group[0]] / np.linalg.norm(columns[:, group[0]]) for group in groups])
     negative = (directions < 0).sum(axis=1)
     if np.any(negative != 1):
-        raise ValueError("a loss direction does not have exactly one negative entry, as p - onehot(y) must under "
-                         "cross-entropy: the loss is not cross-entropy, the tolerance is too loose, or a sample is fit so "
-                         "well that p_y rounds to 1")
+        raise check.GradcoreValueError("a loss direction does not have exactly one negative entry, as p - onehot(y) must under "
+                                       "cross-entropy: the loss is not cross-entropy, the tolerance is too loose, or a sample is fit so "
+                                       "well that p_y rounds to 1")
     labels = directions.argmin(axis=1)
     activations = [None] * depth
     exclusive = [None] * hidden
@@ -441,13 +540,13 @@ def exclusivity_attack(observation: Observation, tolerance: float | None = None)
         hidden layer without ReLU), whose first layer has no exclusive neuron for ``M >= 2``.
     """
     if observation.loss != "cross_entropy":
-        raise ValueError(f"the exclusivity attack reads cross-entropy loss vectors; got loss {observation.loss!r}")
+        raise check.GradcoreValueError(f"the exclusivity attack reads cross-entropy loss vectors; got loss {observation.loss!r}")
     _refuse_reduced(observation.model, observation.batch_size)
     network = walkback.from_torch(observation.model)
     pairs = walkback.gradient_pairs_from_torch(observation.model, observation.gradient)
     if math.prod(observation.shape) != network.widths[0]:
-        raise ValueError(f"an input of shape {observation.shape} has {math.prod(observation.shape)} entries, but the first "
-                         f"Linear layer takes {network.widths[0]}")
+        raise check.GradcoreValueError(f"an input of shape {observation.shape} has {math.prod(observation.shape)} entries, but the first "
+                                       f"Linear layer takes {network.widths[0]}")
     if tolerance is None:
         tolerance = 1e-12 if observation.gradient[0].dtype == torch.float64 else 1e-5
     recovery = reconstruct(network, pairs, observation.batch_size, tolerance)
@@ -467,8 +566,8 @@ def _refuse_reduced(model: nn.Module, batch_size: int) -> None:
         if batch_size >= 2:
             raise NotInsecureError(f"not insecure: the first hidden layer has no ReLU (exclusivity reduction), so all "
                                    f"{batch_size} samples pass all its {modules[0].out_features} units and none is exclusive")
-        raise ValueError("the exclusivity attack needs a ReLU after every hidden Linear layer; for a single sample "
-                         "use the 'closed_form' attack")
+        raise check.GradcoreValueError("the exclusivity attack needs a ReLU after every hidden Linear layer; for a single sample "
+                                       "use the 'closed_form' attack")
 
 
 # ----------------------------------------------------------------------------------
@@ -504,6 +603,11 @@ def survey(network: DenseNetwork, images: np.ndarray, labels: np.ndarray, batch_
     A batch counts as recovered when :func:`reconstruct` returns inputs within relative
     error ``exact`` of the truth and the right labels.
     """
+    _check_network(network)
+    check.integers("batch_sizes", batch_sizes, low=1)
+    check.positive_int("trials", trials)
+    for size in batch_sizes:
+        check.integer("batch size", size, low=1, high=len(images))
     images = np.asarray(images, dtype=np.float64).reshape(len(images), -1)
     labels = np.asarray(labels)
     points = []
@@ -539,7 +643,12 @@ def find_batch(network: DenseNetwork, images: np.ndarray, batch_size: int, state
     ``state`` is one of :data:`STATES` or a test on the batch's :class:`ExclusivityReport`.
     """
     if isinstance(state, str) and state not in STATES:
-        raise ValueError(f"unknown state {state!r}; known: {', '.join(STATES)}")
+        raise check.GradcoreValueError(f"unknown state {state!r}; known: {', '.join(STATES)}")
+    if not (isinstance(state, str) or callable(state)):
+        raise check.GradcoreTypeError(f"state must be one of {', '.join(STATES)} or a test on a report; got {check.describe(state)}")
+    _check_network(network)
+    check.integer("batch size", batch_size, low=1, high=len(images))
+    check.positive_int("tries", tries)
     accept = state if callable(state) else (lambda report: report.state == state)
     images = np.asarray(images, dtype=np.float64).reshape(len(images), -1)
     for _ in range(tries):
@@ -547,7 +656,7 @@ def find_batch(network: DenseNetwork, images: np.ndarray, batch_size: int, state
         if accept(analyse(network, images[index], first_relu)):
             return index
     wanted = state if isinstance(state, str) else "matching"
-    raise ValueError(f"no {wanted} batch of size {batch_size} in {tries} draws on widths {network.widths}")
+    raise check.GradcoreValueError(f"no {wanted} batch of size {batch_size} in {tries} draws on widths {network.widths}")
 
 
 def _single_thread():
@@ -655,19 +764,37 @@ def artifact_batch(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray
         The batch admits no such perturbation (the subspace is trivial: ``M`` is not above
         the rank of the first layer's sensitivities, or ``W_0`` has full column rank).
     """
+    _check_batch(network, inputs, labels)
+    if not isinstance(bounds, (tuple, list)) or len(bounds) != 2:
+        raise check.GradcoreTypeError(f"bounds must be a (low, high) pair; got {check.describe(bounds)}")
+    check.number("bounds[0] (low)", bounds[0])
+    check.number("bounds[1] (high)", bounds[1])
+    if not bounds[0] < bounds[1]:
+        raise check.GradcoreValueError(f"bounds must be (low, high) with low < high; got {tuple(bounds)}")
     inputs = np.atleast_2d(np.asarray(inputs, dtype=np.float64))
+    if inputs.min() < bounds[0] or inputs.max() > bounds[1]:
+        raise check.GradcoreValueError(f"the inputs lie in [{inputs.min():g}, {inputs.max():g}], outside the pixel box {tuple(bounds)}: "
+                                       "no perturbation can keep them inside it")
+    if isinstance(target, str):
+        check.one_of("target", target, ("invert",))
+    else:
+        if not isinstance(target, (tuple, list)) or len(target) != 2:
+            raise check.GradcoreTypeError(f"target must be 'invert' or a (sample, pixel) pair; got {check.describe(target)}")
+        check.integer("target sample", target[0], low=0, high=len(inputs) - 1)
+        check.integer("target pixel", target[1], low=0, high=inputs.shape[1] - 1)
+    check.boolean("first_relu", first_relu)
     low, high = bounds
     sample_basis, input_basis = perturbation_basis(network, inputs, labels, first_relu)
     dimension = sample_basis.shape[1] * input_basis.shape[1]
     if dimension == 0:
-        raise ValueError(f"no gradient-preserving perturbation: sensitivities leave {sample_basis.shape[1]} free sample "
-                         f"directions and W_0 {input_basis.shape[1]} free input directions")
+        raise check.GradcoreValueError(f"no gradient-preserving perturbation: sensitivities leave {sample_basis.shape[1]} free sample "
+                                       f"directions and W_0 {input_basis.shape[1]} free input directions")
     # vec(C A N^T) = kron(C, N) vec(A), row-major.
     mapping = np.kron(sample_basis, input_basis)
     position = (inputs.ravel() - low) / (high - low)
     if isinstance(target, str):
         if target != "invert":
-            raise ValueError(f"unknown target {target!r}: 'invert' or a (sample, pixel) pair")
+            raise check.GradcoreValueError(f"unknown target {target!r}: 'invert' or a (sample, pixel) pair")
         direction = 1.0 - 2.0 * position
     else:
         sample, pixel = target
@@ -679,7 +806,7 @@ def artifact_batch(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray
     solution = linprog(objective, A_ub=np.vstack([mapping, -mapping]), b_ub=np.concatenate([upper, -lower]),
                        bounds=[(None, None)] * dimension, method="highs")
     if solution.status != 0:
-        raise ValueError(f"the perturbation programme failed: {solution.message}")
+        raise check.GradcoreValueError(f"the perturbation programme failed: {solution.message}")
     perturbation = (mapping @ solution.x).reshape(inputs.shape)
     artifact = np.clip(inputs + perturbation, low, high)  # clips round-off only: the programme keeps the box
     truth_gradient = walkback.flatten_gradients(batch_gradients(network, inputs, labels, first_relu))
@@ -738,8 +865,8 @@ def reduced_mlp(shape: Sequence[int], num_classes: int, widths: Sequence[int], s
     training differs only by that one ReLU.
     """
     if len(widths) < 2 and reduce:
-        raise ValueError("exclusivity reduction needs two hidden layers: without the second, removing the first ReLU "
-                         "leaves a linear model")
+        raise check.GradcoreValueError("exclusivity reduction needs two hidden layers: without the second, removing the first ReLU "
+                                       "leaves a linear model")
     torch.manual_seed(seed)
     layers: list[nn.Module] = [nn.Flatten()]
     features = math.prod(shape)
@@ -792,7 +919,7 @@ def hybrid_cnn(shape: Sequence[int], num_classes: int, channels: int, width: int
 def split_head(model: nn.Sequential) -> int:
     """Index of the FCN head in ``trunk + head``: the first Linear after which only Linear and ReLU follow."""
     if not isinstance(model, nn.Sequential):
-        raise ValueError(f"the hybrid attack needs an nn.Sequential trunk + FCN head, got a {type(model).__name__}")
+        raise check.GradcoreValueError(f"the hybrid attack needs an nn.Sequential trunk + FCN head, got a {type(model).__name__}")
     modules = list(model)
     start = len(modules)
     while start > 0 and isinstance(modules[start - 1], (nn.Linear, nn.ReLU)):
@@ -800,7 +927,7 @@ def split_head(model: nn.Sequential) -> int:
     while start < len(modules) and not isinstance(modules[start], nn.Linear):
         start += 1
     if start >= len(modules) or start == 0:
-        raise ValueError("no trunk + fully-connected head split found: the model must end on Linear/ReLU layers after a trunk")
+        raise check.GradcoreValueError("no trunk + fully-connected head split found: the model must end on Linear/ReLU layers after a trunk")
     return start
 
 

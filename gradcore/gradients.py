@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import validation as check
 from .registry import Registry
 
 Gradient = tuple  # tuple[torch.Tensor, ...], one entry per trainable parameter
@@ -51,6 +52,8 @@ def batch_gradient(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor
 
     ``create_graph=True`` keeps the graph so the result can itself be differentiated
     with respect to ``inputs``, which is what every gradient-matching attack does.
+    Its arguments are not checked: it runs inside every attack's loop. The checked entry
+    points are :func:`shared_gradient`, :func:`per_sample_gradients` and :func:`local_update`.
     """
     objective = loss_function(loss)(model(inputs), targets)
     return tuple(torch.autograd.grad(objective, trainable(model), create_graph=create_graph))
@@ -62,6 +65,7 @@ def per_sample_gradients(model: nn.Module, inputs: torch.Tensor, targets: torch.
     Their mean over the batch equals :func:`batch_gradient` for mean-reduced losses.
     The model must not use batch statistics (no batch norm in training mode).
     """
+    _check_batch(model, inputs, targets, loss)
     from torch.func import functional_call, grad, vmap
 
     names = [name for name, p in model.named_parameters() if p.requires_grad]
@@ -90,7 +94,20 @@ def shared_gradient(model: nn.Module, inputs: torch.Tensor, targets: torch.Tenso
         Seed of any randomness in the defense.
     **defense_options
         Passed to the defense, e.g. ``sigma=0.01`` or ``bound=1.0``.
+
+    Raises
+    ------
+    GradcoreValueError, GradcoreTypeError
+        Inputs the model cannot take (shape, dtype, device, an empty batch, NaN), labels
+        that do not fit the loss and the model's outputs, or a defense option of the wrong
+        type or range; checked before anything is computed.
     """
+    _check_batch(model, inputs, targets, loss)
+    if defense is not None:
+        from .defenses import DEFENSES, check_options
+
+        check.integer("seed", seed)
+        check_options(defense, DEFENSES[defense], defense_options)
     gradient = tuple(g.detach() for g in batch_gradient(model, inputs, targets, loss))
     if defense is None:
         return gradient
@@ -101,32 +118,26 @@ def shared_gradient(model: nn.Module, inputs: torch.Tensor, targets: torch.Tenso
 
 
 def validate(gradient: Sequence[torch.Tensor], model: nn.Module) -> Gradient:
-    """Check that ``gradient`` can be one of ``model``'s, naming what is wrong if not.
+    """Check that ``gradient`` can be one of ``model``'s and carries something to invert.
 
     Raises
     ------
-    ValueError
-        Empty gradient, wrong number of tensors, a shape that differs from its
-        parameter's, non-finite entries, or a gradient that is zero everywhere.
+    GradcoreValueError, GradcoreTypeError
+        Not a sequence of tensors, empty, the wrong number of tensors, a shape, dtype or
+        device that differs from its parameter's, non-finite entries (the message names
+        the parameter), or a gradient that is zero everywhere.
     """
-    parameters = trainable(model)
-    gradient = tuple(gradient)
-    if len(gradient) == 0:
-        raise ValueError("the gradient is empty: expected one tensor per trainable parameter "
-                         f"({len(parameters)} for this model)")
-    if len(gradient) != len(parameters):
-        raise ValueError(f"the gradient has {len(gradient)} tensors but the model has {len(parameters)} trainable parameters")
-    for index, (g, p) in enumerate(zip(gradient, parameters)):
-        if not isinstance(g, torch.Tensor):
-            raise ValueError(f"gradient entry {index} is a {type(g).__name__}, not a tensor")
-        if g.shape != p.shape:
-            raise ValueError(f"gradient entry {index} has shape {tuple(g.shape)}, its parameter has {tuple(p.shape)}")
-        bad = (~torch.isfinite(g)).sum().item()
-        if bad:
-            raise ValueError(f"gradient entry {index} (shape {tuple(g.shape)}) has {bad} NaN or infinite values")
+    gradient = check.gradient(gradient, model)
     if all(torch.count_nonzero(g) == 0 for g in gradient):
-        raise ValueError("the gradient is zero everywhere: it carries no information to invert")
+        raise check.GradcoreValueError("the gradient is zero everywhere: it carries no information to invert")
     return gradient
+
+
+def _check_batch(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss: str | Callable) -> None:
+    """What every client-side entry point checks: the model, a batch it can take, and targets that fit the loss."""
+    check.loss("loss", loss)
+    outputs = check.inputs_for(model, inputs)
+    check.targets_for("targets", targets, len(inputs), outputs, loss, trainable(model)[0].device)
 
 
 def flatten(gradient: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -142,7 +153,7 @@ def norm(gradient: Sequence[torch.Tensor]) -> torch.Tensor:
 def _minibatches(count: int, batch_size: int | None) -> list[slice]:
     size = count if batch_size is None else batch_size
     if not 1 <= size <= count:
-        raise ValueError(f"local batch size must be between 1 and the {count} local samples, got {size}")
+        raise check.GradcoreValueError(f"local batch size must be between 1 and the {count} local samples, got {size}")
     return [slice(start, min(start + size, count)) for start in range(0, count, size)]
 
 
@@ -171,8 +182,10 @@ def local_update(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, 
     shares ``theta_0 - theta_K``. Geiping et al. (2020, Sec. 5) attack exactly this. The
     model itself is left unchanged.
     """
-    if epochs < 1:
-        raise ValueError(f"epochs must be at least 1, got {epochs}")
+    _check_batch(model, inputs, targets, loss)
+    check.number("lr", lr, low=0, low_open=True)
+    check.positive_int("epochs", epochs)
+    check.integer("local batch size", batch_size, low=1, high=len(inputs), allow_none=True)
     parameters = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
     updated = unrolled_update(stateless(model), parameters, inputs, targets, loss, lr, epochs, batch_size, differentiable=False)
     return tuple((parameters[name] - updated[name]).detach() for name in parameters)

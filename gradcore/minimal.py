@@ -24,9 +24,14 @@ Choices where the source is loose (stated again in the chapter):
 
 * the output width is ``floor((d + 2p - k) / s) + 1`` (PyTorch's rule; the source writes
   the fraction without rounding);
-* the counting conditions are necessary, not sufficient: :func:`solvability_table` also
-  reports the actual rank of the convolution matrix, which falls short when the stride
-  skips pixels (``s > k``) even if the count is met;
+* the counting conditions are necessary, not sufficient. They compare the number of
+  equations with the number of unknowns; they say nothing about whether the equations
+  are independent. The rank of the convolution matrix can fall short of the unknowns
+  with the count met: when the stride skips pixels (``s > k``), and also at stride 1 (a
+  2x7x7 input under 3 kernels of 2x2 without padding gives 108 equations for 98 unknowns,
+  of rank 92). :func:`conv_counting` therefore reports the rank of a random layer of the
+  kind where it can be computed (``ConvCount.rank``, ``ConvCount.determined``), and so
+  does :func:`solvability_table`;
 * when the convolution feeds the output layer directly the source requires
   ``h >= (d/d')^2 C B``, ``n0 >= n1 (B - 1) / (n1 - B)`` and ``1 < B < n1`` (``n0`` the
   convolution's output size, ``n1`` the output units); we implement these as stated, and
@@ -58,6 +63,7 @@ from tqdm import tqdm
 
 from . import attacks, models
 from . import gradients as grads
+from . import validation as check
 from .registry import Registry
 
 # ----------------------------------------------------------------------------------
@@ -128,13 +134,13 @@ class MLP:
     def __post_init__(self):
         ACTIVATIONS[self.activation]  # unknown names fail here, naming the known ones
         if len(self.weights) == 0 or len(self.weights) != len(self.biases):
-            raise ValueError(f"an MLP needs one bias per weight matrix and at least one layer; got {len(self.weights)} "
-                             f"weights and {len(self.biases)} biases")
+            raise check.GradcoreValueError(f"an MLP needs one bias per weight matrix and at least one layer; got {len(self.weights)} "
+                                           f"weights and {len(self.biases)} biases")
         for index, (weight, bias) in enumerate(zip(self.weights, self.biases)):
             if weight.ndim != 2 or bias.shape != (weight.shape[0],):
-                raise ValueError(f"layer {index}: weight {weight.shape} and bias {bias.shape} do not fit")
+                raise check.GradcoreValueError(f"layer {index}: weight {weight.shape} and bias {bias.shape} do not fit")
             if index and weight.shape[1] != self.weights[index - 1].shape[0]:
-                raise ValueError(f"layer {index} takes {weight.shape[1]} inputs, layer {index - 1} gives {self.weights[index - 1].shape[0]}")
+                raise check.GradcoreValueError(f"layer {index} takes {weight.shape[1]} inputs, layer {index - 1} gives {self.weights[index - 1].shape[0]}")
 
     @property
     def widths(self) -> list[int]:
@@ -149,7 +155,7 @@ def random_mlp(widths: Sequence[int], rng: np.random.Generator, activation: str 
     """
     widths = [int(w) for w in widths]
     if len(widths) < 2 or min(widths) < 1:
-        raise ValueError(f"widths must list the input size and at least one layer, all positive; got {widths}")
+        raise check.GradcoreValueError(f"widths must list the input size and at least one layer, all positive; got {widths}")
     weights = [rng.normal(0.0, scale / math.sqrt(n_in), (n_out, n_in)) for n_in, n_out in zip(widths[:-1], widths[1:])]
     return MLP(weights, [rng.normal(0.0, bias_scale, n) for n in widths[1:]], activation)
 
@@ -160,7 +166,7 @@ def mlp_from_torch(model: nn.Module) -> MLP:
     names = {nn.Sigmoid: "sigmoid", nn.ReLU: "relu", nn.Tanh: "tanh"}
     found = {names[type(m)] for m in model.modules() if type(m) in names}
     if not layers or any(layer.bias is None for layer in layers) or len(found) > 1:
-        raise ValueError("needs an MLP of biased Linear layers with one kind of activation (sigmoid, relu or tanh)")
+        raise check.GradcoreValueError("needs an MLP of biased Linear layers with one kind of activation (sigmoid, relu or tanh)")
     to_numpy = lambda t: t.detach().double().cpu().numpy()
     return MLP([to_numpy(l.weight) for l in layers], [to_numpy(l.bias) for l in layers], found.pop() if found else "sigmoid")
 
@@ -173,7 +179,7 @@ def mlp_gradients(network: MLP, inputs: np.ndarray, labels: np.ndarray) -> list[
     inputs = np.atleast_2d(np.asarray(inputs, dtype=np.float64))
     labels = np.asarray(labels).reshape(-1)
     if inputs.shape[1] != network.widths[0] or len(labels) != len(inputs):
-        raise ValueError(f"inputs {inputs.shape} and labels {labels.shape} do not fit an MLP taking {network.widths[0]} inputs")
+        raise check.GradcoreValueError(f"inputs {inputs.shape} and labels {labels.shape} do not fit an MLP taking {network.widths[0]} inputs")
     act = ACTIVATIONS[network.activation]
     activations, pre = [inputs], []
     for index, (weight, bias) in enumerate(zip(network.weights, network.biases)):
@@ -261,17 +267,19 @@ def first_layer_inversion(weight_gradient, bias_gradient, tolerance: float = 1e-
         no unit passes any signal back, so no row carries ``x``), or a gradient that mixes
         several instances.
     """
-    weight_gradient = np.asarray(weight_gradient, dtype=np.float64)
-    bias_gradient = np.asarray(bias_gradient, dtype=np.float64).reshape(-1)
+    check.number("tolerance", tolerance, low=0, high=1, low_open=True)
+    check.boolean("check_single", check_single)
+    weight_gradient = check.real_array("the weight gradient", weight_gradient).astype(np.float64)
+    bias_gradient = check.real_array("the bias gradient", bias_gradient).astype(np.float64).reshape(-1)
     if weight_gradient.ndim != 2 or weight_gradient.shape[0] != len(bias_gradient) or weight_gradient.size == 0:
-        raise ValueError(f"the weight gradient must be (n1, d) with one bias gradient per row; got {weight_gradient.shape} "
-                         f"and {bias_gradient.shape}")
+        raise check.GradcoreValueError(f"the weight gradient must be (n1, d) with one bias gradient per row; got {weight_gradient.shape} "
+                                       f"and {bias_gradient.shape}")
     if not (np.isfinite(weight_gradient).all() and np.isfinite(bias_gradient).all()):
-        raise ValueError("the first layer's gradient has NaN or infinite entries")
+        raise check.GradcoreValueError("the first layer's gradient has NaN or infinite entries")
     magnitude = np.abs(bias_gradient)
     if magnitude.max() == 0:
-        raise ValueError(f"blocked: all {len(bias_gradient)} rows of the first hidden layer's bias gradient are zero (dead or "
-                         "saturated units, or a zero loss derivative): no row carries the input")
+        raise check.GradcoreValueError(f"blocked: all {len(bias_gradient)} rows of the first hidden layer's bias gradient are zero (dead or "
+                                       "saturated units, or a zero loss derivative): no row carries the input")
     usable = magnitude > tolerance * magnitude.max()
     dead = int((magnitude == 0).sum())
     rows = np.flatnonzero(usable)
@@ -280,8 +288,8 @@ def first_layer_inversion(weight_gradient, bias_gradient, tolerance: float = 1e-
     scale = np.abs(weight_gradient).max()
     residual = float(np.abs(weight_gradient - np.outer(bias_gradient, recovered)).max() / scale) if scale > 0 else 0.0
     if check_single and residual > 1e-6:
-        raise ValueError(f"the gradient is not one instance's: dW differs from outer(db, x) by {residual:.2g} (relative); "
-                         "a batch needs hidden units >= batch size and an optimisation (see regularised_matching)")
+        raise check.GradcoreValueError(f"the gradient is not one instance's: dW differs from outer(db, x) by {residual:.2g} (relative); "
+                                       "a batch needs hidden units >= batch size and an optimisation (see regularised_matching)")
     return Inversion(recovered, rows, dead, int(len(bias_gradient) - dead - len(rows)), residual)
 
 
@@ -299,17 +307,17 @@ def first_layer_gradients(model: nn.Module, gradient: Sequence[torch.Tensor], af
             seen = True
         if seen and isinstance(module, nn.Linear):
             if module.bias is None:
-                raise ValueError("the closed form needs a bias in the first fully-connected layer")
+                raise check.GradcoreValueError("the closed form needs a bias in the first fully-connected layer")
             pick = lambda p: tuple(gradient)[attacks._parameter_index(model, p)].detach().double().cpu().numpy()
             return pick(module.weight), pick(module.bias)
-    raise ValueError("the model has no fully-connected layer" + (f" after a {after.__name__}" if after else ""))
+    raise check.GradcoreValueError("the model has no fully-connected layer" + (f" after a {after.__name__}" if after else ""))
 
 
 @attacks.ATTACKS.register("minimal_mlp")
 def minimal_mlp(observation: attacks.Observation, tolerance: float = 1e-8) -> attacks.AttackResult:
     """The Sec. 2.2 closed form as an attack: one instance from the first Linear layer, least squares over usable rows."""
     if observation.batch_size != 1:
-        raise ValueError(f"the closed form recovers one instance; a batch of {observation.batch_size} needs 'regularised_matching'")
+        raise check.GradcoreValueError(f"the closed form recovers one instance; a batch of {observation.batch_size} needs 'regularised_matching'")
     weight_gradient, bias_gradient = first_layer_gradients(observation.model, observation.gradient)
     recovered = first_layer_inversion(weight_gradient, bias_gradient, tolerance).input
     reference = observation.gradient[0]
@@ -326,17 +334,21 @@ def minimal_mlp(observation: attacks.Observation, tolerance: float = 1e-8) -> at
 
 def conv_output_width(width: int, kernel_size: int, padding: int = 0, stride: int = 1) -> int:
     """``d' = (d + 2p - k) / s + 1``, rounded down as PyTorch does."""
+    for name, value, low in (("width d", width, 1), ("kernel size k", kernel_size, 1), ("stride s", stride, 1), ("padding p", padding, 0)):
+        check.integer(name, value, low=low)
     if min(width, kernel_size, stride) < 1 or padding < 0:
-        raise ValueError(f"need d, k, s >= 1 and p >= 0; got d={width}, k={kernel_size}, s={stride}, p={padding}")
+        raise check.GradcoreValueError(f"need d, k, s >= 1 and p >= 0; got d={width}, k={kernel_size}, s={stride}, p={padding}")
     if width + 2 * padding < kernel_size:
-        raise ValueError(f"a {kernel_size}-wide kernel does not fit a {width}-wide input padded by {padding}")
+        raise check.GradcoreValueError(f"a {kernel_size}-wide kernel does not fit a {width}-wide input padded by {padding}")
     return (width + 2 * padding - kernel_size) // stride + 1
 
 
 def demixing_condition(hidden_units: int, batch_size: int) -> bool:
     """Proposition 2: a dense layer demixes a batch when it has at least as many units as samples."""
+    check.positive_int("hidden units", hidden_units)
+    check.positive_int("batch size", batch_size)
     if hidden_units < 1 or batch_size < 1:
-        raise ValueError(f"hidden units and batch size must be positive, got {hidden_units} and {batch_size}")
+        raise check.GradcoreValueError(f"hidden units and batch size must be positive, got {hidden_units} and {batch_size}")
     return hidden_units >= batch_size
 
 
@@ -346,8 +358,10 @@ def output_layer_demixing(inputs: int, outputs: int, batch_size: int) -> bool:
     Equations ``n1 (n0 + 1)`` (weight and bias gradients) against unknowns ``B (n0 + n1)``
     (each sample's layer input and output derivative). One instance always demixes.
     """
+    for name, value in (("inputs n0", inputs), ("outputs n1", outputs), ("batch size B", batch_size)):
+        check.positive_int(name, value)
     if min(inputs, outputs, batch_size) < 1:
-        raise ValueError(f"sizes must be positive, got n0={inputs}, n1={outputs}, B={batch_size}")
+        raise check.GradcoreValueError(f"sizes must be positive, got n0={inputs}, n1={outputs}, B={batch_size}")
     if batch_size == 1:
         return True
     return batch_size < outputs and inputs * (outputs - batch_size) >= outputs * (batch_size - 1)
@@ -355,7 +369,15 @@ def output_layer_demixing(inputs: int, outputs: int, batch_size: int) -> bool:
 
 @dataclass
 class ConvCount:
-    """Equations and unknowns of one convolutional layer (Qian et al., Sec. 2.3)."""
+    """Equations and unknowns of one convolutional layer (Qian et al., Sec. 2.3).
+
+    ``solvable`` is the counting verdict of the source: enough kernels (and demixing). It
+    is necessary, not sufficient: it compares how many equations there are with how many
+    unknowns, not whether the equations are independent. ``rank`` is the rank of the
+    convolution matrix of one random layer of this kind (for one sample; ``None`` where
+    that matrix is too large to decompose), and ``determined`` says whether it reaches the
+    unknowns, which is what least-squares deconvolution needs.
+    """
 
     width: int
     channels: int
@@ -370,6 +392,12 @@ class ConvCount:
     kernels_needed: float
     dense_units: int | None
     solvable: bool
+    rank: int | None = None
+
+    @property
+    def determined(self) -> bool | None:
+        """The convolution matrix has full column rank (``None`` where the rank was not computed)."""
+        return None if self.rank is None else self.rank == self.unknowns // self.batch_size
 
     def row(self) -> list:
         dense = "none (to output)" if self.dense_units is None else self.dense_units
@@ -378,15 +406,27 @@ class ConvCount:
 
 
 def conv_counting(width: int, channels: int, kernels: int, kernel_size: int, padding: int = 0, stride: int = 1,
-                  batch_size: int = 1, dense_units: int | None = 64, num_classes: int = 10) -> ConvCount:
-    """Whether one convolutional layer can be inverted, by counting (Sec. 2.3, after eq. (2)).
+                  batch_size: int = 1, dense_units: int | None = 64, num_classes: int = 10, weight: np.ndarray | None = None,
+                  seed: int = 0, largest_rank: int = 1024) -> ConvCount:
+    """Whether one convolutional layer can be inverted, by counting (Sec. 2.3, after eq. (2)), and its rank.
 
     With a dense layer of ``dense_units`` above: demixing needs ``dense_units >= B`` and
     deconvolution ``(d')^2 B h >= d^2 B C``, i.e. ``h >= (d / d')^2 C``. With the
     convolution feeding the output layer directly (``dense_units=None``) the source asks for
     ``h >= (d / d')^2 C B`` and :func:`output_layer_demixing` with ``n0 = h (d')^2`` and
     ``n1 = num_classes``.
+
+    The count is necessary, not sufficient (see :class:`ConvCount`): the result also holds
+    the rank of the convolution matrix of ``weight`` (``(h, C, k, k)``; by default a
+    standard normal draw seeded by ``seed``), computed when the layer has at most
+    ``largest_rank`` unknowns per sample. The rank of a random layer is the rank of almost
+    every layer of the kind.
     """
+    for name, value in (("channels C", channels), ("kernels h", kernels), ("batch size B", batch_size), ("num_classes", num_classes),
+                        ("largest_rank", largest_rank)):
+        check.positive_int(name, value)
+    check.positive_int("dense_units", dense_units, allow_none=True)
+    check.integer("seed", seed)
     out = conv_output_width(width, kernel_size, padding, stride)
     direct = dense_units is None
     needed = (width / out) ** 2 * channels * (batch_size if direct else 1)
@@ -394,8 +434,17 @@ def conv_counting(width: int, channels: int, kernels: int, kernel_size: int, pad
         demixes = output_layer_demixing(kernels * out * out, num_classes, batch_size)
     else:
         demixes = demixing_condition(dense_units, batch_size)
+    rank = None
+    if weight is not None or channels * width * width <= largest_rank:
+        if weight is None:
+            weight = np.random.default_rng(seed).normal(size=(kernels, channels, kernel_size, kernel_size))
+        weight = check.real_array("weight", weight)
+        if weight.shape != (kernels, channels, kernel_size, kernel_size):
+            raise check.GradcoreValueError(f"weight must be shaped (h, C, k, k) = {(kernels, channels, kernel_size, kernel_size)}; "
+                                           f"got {weight.shape}")
+        rank, _ = _svd_solve(convolution_matrix(weight, width, padding, stride))
     return ConvCount(width, channels, kernels, kernel_size, stride, padding, batch_size, out, out * out * batch_size * kernels,
-                     width * width * batch_size * channels, needed, dense_units, bool(demixes and kernels >= needed))
+                     width * width * batch_size * channels, needed, dense_units, bool(demixes and kernels >= needed), rank)
 
 
 def convolution_matrix(weight: np.ndarray, width: int, padding: int = 0, stride: int = 1) -> np.ndarray:
@@ -410,13 +459,43 @@ def convolution_matrix(weight: np.ndarray, width: int, padding: int = 0, stride:
     return F.conv2d(basis, weight, stride=stride, padding=padding).reshape(unknowns, -1).T.numpy()
 
 
+def _svd(matrix: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Thin SVD in float64 that succeeds whatever the thread count.
+
+    Torch's SVD first, because it keeps to torch's thread count (a multi-threaded BLAS
+    slows to a crawl on a shared two-core machine). Its divide-and-conquer driver can fail
+    to converge on a well-conditioned matrix on one thread and succeed on two (a system
+    with many zero rows, the outputs of a convolution that see only padding); then
+    LAPACK's QR-iteration driver (``gesvd``, through scipy, on one thread) decomposes it.
+    """
+    tensor = torch.as_tensor(matrix, dtype=torch.float64)
+    try:
+        return torch.linalg.svd(tensor, full_matrices=False)
+    except torch.linalg.LinAlgError:
+        from scipy.linalg import svd
+
+        from .exclusivity import _single_thread
+
+        with _single_thread():
+            u, singular, vt = svd(np.asarray(matrix, dtype=np.float64), full_matrices=False, lapack_driver="gesvd")
+        return torch.as_tensor(u), torch.as_tensor(singular), torch.as_tensor(vt)
+
+
 def _svd_solve(system: np.ndarray, target: np.ndarray | None = None):
     """Rank (numpy's tolerance), minimum-norm least-squares solution and largest singular value, from one SVD.
 
-    Torch's SVD, because it keeps to torch's thread count: a multi-threaded BLAS slows
-    to a crawl on a shared two-core machine.
+    Rows that are exactly zero carry no equation (``0 = t``): they are dropped before the
+    SVD, which changes neither the rank nor the least-squares solution, and spares the
+    SVD the matrices it can fail on (see :func:`_svd`).
     """
-    u, singular, vt = torch.linalg.svd(torch.as_tensor(system, dtype=torch.float64), full_matrices=False)
+    system = np.asarray(system, dtype=np.float64)
+    live = np.any(system != 0, axis=1)
+    if not live.all():
+        system = system[live]
+        target = None if target is None else np.asarray(target)[live]
+    if system.shape[0] == 0:  # nothing but zero rows: rank 0, the minimum-norm solution is zero
+        return (0, None) if target is None else (0, np.zeros(system.shape[1]), 0.0)
+    u, singular, vt = _svd(system)
     keep = singular > max(system.shape) * np.finfo(np.float64).eps * singular[0]
     rank = int(keep.sum())
     if target is None:
@@ -436,12 +515,12 @@ def solvability_table(configurations: Sequence[dict], seed: int = 0, largest_ran
 
     rng, rows = np.random.default_rng(seed), []
     for configuration in configurations:
-        count = conv_counting(**configuration)
-        weight = rng.normal(size=(count.kernels, count.channels, count.kernel_size, count.kernel_size))
-        unknowns = count.unknowns // count.batch_size
-        if unknowns <= largest_rank:
-            rank, _ = _svd_solve(convolution_matrix(weight, count.width, count.padding, count.stride))
-            rows.append(count.row() + [f"{rank}/{unknowns}"])
+        shape = (configuration["kernels"], configuration["channels"], configuration["kernel_size"], configuration["kernel_size"])
+        weight = rng.normal(size=shape)
+        unknowns = configuration["channels"] * configuration["width"] ** 2
+        count = conv_counting(**configuration, **({"weight": weight} if unknowns <= largest_rank else {"largest_rank": largest_rank}))
+        if count.rank is not None:
+            rows.append(count.row() + [f"{count.rank}/{unknowns}"])
         else:  # an SVD that size takes longer than the point is worth
             rows.append(count.row() + ["not computed"])
     header = ["input", "k", "s", "p", "d'", "h", "h needed", "dense units", "B", "equations", "unknowns", "solvable", "rank (B=1)"]
@@ -479,20 +558,23 @@ def deconvolve(layer: nn.Conv2d, activated: np.ndarray, activation: str, width: 
     system, by projected gradient descent on ``|A x - z|^2`` within the pixel box [0, 1]
     (``"optimise"``). ``"auto"`` takes least squares exactly when ``A`` has full column rank.
     """
-    if method not in ("auto", "lstsq", "optimise"):
-        raise ValueError(f"unknown deconvolution method {method!r}; use 'auto', 'lstsq' or 'optimise'")
+    check.one_of("deconvolution method", method, ("auto", "lstsq", "optimise"))
+    check.positive_int("iterations", iterations)
     weight = layer.weight.detach().double().cpu().numpy()
     matrix = convolution_matrix(weight, width, layer.padding[0], layer.stride[0])
     activated = np.asarray(activated, dtype=np.float64).ravel()
     if len(activated) != matrix.shape[0]:
-        raise ValueError(f"the convolution gives {matrix.shape[0]} outputs, {len(activated)} were passed")
+        raise check.GradcoreValueError(f"the convolution gives {matrix.shape[0]} outputs, {len(activated)} were passed")
     bias = np.zeros(layer.out_channels) if layer.bias is None else layer.bias.detach().double().cpu().numpy()
     target = ACTIVATIONS[activation].inverse(activated) - np.repeat(bias, matrix.shape[0] // layer.out_channels)
     usable = np.isfinite(target)
     if not usable.any():
-        raise ValueError("blocked: every convolution output is saturated or inactive, so none can be inverted")
+        raise check.GradcoreValueError("blocked: every convolution output is saturated or inactive, so none can be inverted")
     system, target = matrix[usable], target[usable]
     rank, least_squares, largest = _svd_solve(system, target)
+    if largest == 0:
+        raise check.GradcoreValueError("blocked: every usable convolution output sees only the zero padding, so its equation "
+                                       "carries nothing about the input")
     if method == "auto":
         method = "lstsq" if rank == matrix.shape[1] else "optimise"
     if method == "lstsq":
@@ -520,12 +602,12 @@ def _conv_and_activation(model: nn.Module) -> tuple[nn.Conv2d, str]:
     modules = list(model.modules())
     convs = [m for m in modules if isinstance(m, nn.Conv2d)]
     if len(convs) != 1:
-        raise ValueError(f"the two-step attack handles one convolutional layer, the model has {len(convs)}")
+        raise check.GradcoreValueError(f"the two-step attack handles one convolutional layer, the model has {len(convs)}")
     index = modules.index(convs[0])
     names = {nn.Sigmoid: "sigmoid", nn.ReLU: "relu", nn.Tanh: "tanh"}
     following = next((names.get(type(m)) for m in modules[index + 1:] if type(m) in names), None)
     if following is None:
-        raise ValueError("the convolution must be followed by a sigmoid, ReLU or tanh activation")
+        raise check.GradcoreValueError("the convolution must be followed by a sigmoid, ReLU or tanh activation")
     return convs[0], following
 
 
@@ -534,11 +616,23 @@ def two_step(model: nn.Module, gradient: Sequence[torch.Tensor], shape: Sequence
     """Qian et al., Sec. 2.3: demix the dense layer's gradient, then deconvolve.
 
     ``model`` is ``Conv2d, activation, Flatten, Linear, ...`` (see :func:`conv_mlp`).
+
+    Raises
+    ------
+    GradcoreValueError, GradcoreTypeError
+        Before any work: a gradient that does not fit the model, a shape the model cannot
+        take, an unknown method or a non-positive number of iterations; afterwards, a
+        gradient the closed form cannot demix or a convolution it cannot undo ("blocked").
     """
+    gradient = check.gradient(gradient, model)
+    check.input_shape("shape", shape)
+    check.model_outputs(model, tuple(shape), "inputs")
+    check.one_of("method", method, ("auto", "lstsq", "optimise"))
+    check.positive_int("iterations", iterations)
     layer, activation = _conv_and_activation(model)
     channels, width = int(shape[0]), int(shape[-1])
     if layer.in_channels != channels:
-        raise ValueError(f"an input of shape {tuple(shape)} has {channels} channels, the convolution takes {layer.in_channels}")
+        raise check.GradcoreValueError(f"an input of shape {tuple(shape)} has {channels} channels, the convolution takes {layer.in_channels}")
     weight_gradient, bias_gradient = first_layer_gradients(model, gradient, after=nn.Conv2d)
     demixed = first_layer_inversion(weight_gradient, bias_gradient)
     deconvolution = deconvolve(layer, demixed.input, activation, width, method, iterations)
@@ -553,6 +647,7 @@ def two_step_attack(model: nn.Module, gradient: Sequence[torch.Tensor], shape: S
     common contract (any attack on any MLP) cannot offer.
     """
     gradient = grads.validate(gradient, model)
+    check.input_shape("shape", shape)
     observation = attacks.Observation(model, gradient, tuple(shape), 1, truth=truth)
     start = time.perf_counter()
     result = two_step(model, gradient, shape, method, iterations)
@@ -607,10 +702,10 @@ def batch_span_residual(weight_gradient: np.ndarray, inputs: np.ndarray, toleran
     weight_gradient = np.asarray(weight_gradient, dtype=np.float64)
     inputs = np.atleast_2d(np.asarray(inputs, dtype=np.float64))
     if inputs.shape[1] != weight_gradient.shape[1]:
-        raise ValueError(f"inputs of size {inputs.shape[1]} do not fit a gradient taking {weight_gradient.shape[1]}")
-    _, singular, vt = (t.numpy() for t in torch.linalg.svd(torch.as_tensor(weight_gradient), full_matrices=False))
+        raise check.GradcoreValueError(f"inputs of size {inputs.shape[1]} do not fit a gradient taking {weight_gradient.shape[1]}")
+    _, singular, vt = (t.numpy() for t in _svd(weight_gradient))
     if singular.size == 0 or singular[0] == 0:
-        raise ValueError("the weight gradient is zero: it spans nothing")
+        raise check.GradcoreValueError("the weight gradient is zero: it spans nothing")
     basis = vt[singular > tolerance * singular[0]]
     residual = inputs - (inputs @ basis.T) @ basis
     return float((np.linalg.norm(residual, axis=1) / np.linalg.norm(inputs, axis=1)).max())
@@ -692,7 +787,7 @@ def saturation(model: nn.Module, inputs: torch.Tensor, threshold: float = 4.0) -
         for hook in hooks:
             hook.remove()
     if not seen:
-        raise ValueError("the model has no sigmoid activations")
+        raise check.GradcoreValueError("the model has no sigmoid activations")
     return float(sum((s.abs() > threshold).sum().item() for s in seen) / sum(s.numel() for s in seen))
 
 

@@ -13,6 +13,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from . import validation as check
 from .registry import Registry
 
 MODELS: Registry = Registry("model")
@@ -37,13 +38,34 @@ def build(name: str, shape: Sequence[int], num_classes: int, seed: int = 0, **op
         Outputs of the last layer (ignored by ``linear_unit``, which has one).
     seed : int
         Seed of the initial weights.
+
+    Raises
+    ------
+    GradcoreValueError, GradcoreTypeError
+        An input shape that is not a sequence of positive whole numbers (or has the wrong
+        number of dimensions for the model), a ``num_classes`` below 1, a non-integer seed,
+        or an unknown option or one of the wrong type or range, before anything is built.
     """
+    constructor = MODELS[name]
+    check.input_shape("shape", shape)
+    check.positive_int("num_classes", num_classes)
+    check.integer("seed", seed)
+    check.options(f"model {name!r}", constructor, options, skip=("shape", "num_classes"))
+    dimensions, smallest = IMAGE_MODELS.get(name, (None, 1))
+    if dimensions is not None and (len(shape) != dimensions or min(shape[1:]) < smallest):
+        raise check.GradcoreValueError(f"model {name!r} takes images shaped (C, H, W) with H and W at least {smallest}; "
+                                       f"got shape {tuple(shape)}")
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
         return MODELS[name](tuple(shape), num_classes, **options)
     finally:
         torch.random.set_rng_state(generator_state)
+
+
+#: Models that take images: ``name -> (dimensions of one input, smallest height and width)``.
+#: The ConvNet's two 3x3 max-pools leave nothing of an image under 9 pixels.
+IMAGE_MODELS = {"lenet": (3, 1), "convnet": (3, 9), "resnet": (3, 1)}
 
 
 @MODELS.register("linear_unit")
@@ -92,7 +114,7 @@ def lenet(shape: Sequence[int], num_classes: int, init: str = "dlg") -> nn.Seque
         for parameter in model.parameters():
             nn.init.uniform_(parameter, -0.5, 0.5)
     elif init != "default":
-        raise ValueError(f"unknown LeNet init {init!r}; use 'dlg' or 'default'")
+        raise check.GradcoreValueError(f"unknown LeNet init {init!r}; use 'dlg' or 'default'")
     return model
 
 
@@ -173,7 +195,7 @@ def resnet(shape: Sequence[int], num_classes: int, depth: int = 18, width: int =
     (16 to 128) in their width experiment.
     """
     if depth not in RESNET_DEPTHS:
-        raise ValueError(f"ResNet depth must be one of {sorted(RESNET_DEPTHS)}, got {depth}")
+        raise check.GradcoreValueError(f"ResNet depth must be one of {sorted(RESNET_DEPTHS)}, got {depth}")
     block, counts = RESNET_DEPTHS[depth]
     layers: list[nn.Module] = [nn.Conv2d(shape[0], width, 3, 1, 1, bias=False, padding_mode=padding_mode), nn.BatchNorm2d(width), nn.ReLU()]
     inputs = width

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Generic, Iterator, TypeVar
 
+from .validation import GradcoreError
+
 T = TypeVar("T")
 
 
-class UnknownNameError(KeyError):
+class UnknownNameError(GradcoreError, KeyError):
     """An unknown registry name; the message lists the names that exist."""
 
     def __str__(self) -> str:  # KeyError would quote the whole message
@@ -50,7 +52,7 @@ class Registry(Generic[T]):
     def __getitem__(self, name: str) -> T:
         try:
             return self._entries[name]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: an unhashable name, e.g. a list
             known = ", ".join(sorted(self._entries)) or "none"
             plural = self.kind + ("es" if self.kind.endswith("s") else "s")  # "losses", not "losss"
             raise UnknownNameError(f"unknown {self.kind} {name!r}; known {plural}: {known}") from None

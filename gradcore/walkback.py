@@ -47,6 +47,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from .validation import GradcoreValueError
+
 LOSSES = ("cross_entropy", "half_squared_error")
 
 #: Per-layer gradient of a :class:`DenseNetwork`: ``(dL/dW_l, dL/db_l)``, the second ``None`` for an unbiased layer.
@@ -79,22 +81,22 @@ class DenseNetwork:
 
     def __post_init__(self):
         if len(self.weights) == 0:
-            raise ValueError("a network needs at least one layer; got an empty list of weights")
+            raise GradcoreValueError("a network needs at least one layer; got an empty list of weights")
         self.weights = [np.array(weight, dtype=np.float64) for weight in self.weights]
         if self.biases is None:
             self.biases = [None] * len(self.weights)
         if len(self.biases) != len(self.weights):
-            raise ValueError(f"{len(self.weights)} weight matrices but {len(self.biases)} biases "
-                             "(use None for an unbiased layer)")
+            raise GradcoreValueError(f"{len(self.weights)} weight matrices but {len(self.biases)} biases "
+                                     "(use None for an unbiased layer)")
         self.biases = [None if bias is None else np.array(bias, dtype=np.float64) for bias in self.biases]
         for layer, (weight, bias) in enumerate(zip(self.weights, self.biases)):
             if weight.ndim != 2 or weight.size == 0:
-                raise ValueError(f"weight of layer {layer} must be a non-empty (out, in) matrix, got shape {weight.shape}")
+                raise GradcoreValueError(f"weight of layer {layer} must be a non-empty (out, in) matrix, got shape {weight.shape}")
             if bias is not None and bias.shape != (weight.shape[0],):
-                raise ValueError(f"bias of layer {layer} has shape {bias.shape}, expected ({weight.shape[0]},)")
+                raise GradcoreValueError(f"bias of layer {layer} has shape {bias.shape}, expected ({weight.shape[0]},)")
             if layer > 0 and weight.shape[1] != self.weights[layer - 1].shape[0]:
-                raise ValueError(f"layer {layer} takes {weight.shape[1]} inputs but layer {layer - 1} "
-                                 f"has {self.weights[layer - 1].shape[0]} outputs")
+                raise GradcoreValueError(f"layer {layer} takes {weight.shape[1]} inputs but layer {layer - 1} "
+                                         f"has {self.weights[layer - 1].shape[0]} outputs")
 
     @property
     def depth(self) -> int:
@@ -141,11 +143,11 @@ def random_network(widths: Sequence[int], rng: np.random.Generator, bias: bool |
     """
     widths = [int(width) for width in widths]
     if len(widths) < 2 or min(widths) < 1:
-        raise ValueError(f"widths must list the input size and at least one layer's output size, all positive; got {widths}")
+        raise GradcoreValueError(f"widths must list the input size and at least one layer's output size, all positive; got {widths}")
     depth = len(widths) - 1
     has_bias = [bool(bias)] * depth if isinstance(bias, (bool, np.bool_)) else [bool(flag) for flag in bias]
     if len(has_bias) != depth:
-        raise ValueError(f"bias flags for {len(has_bias)} layers given, but the widths describe {depth} layers")
+        raise GradcoreValueError(f"bias flags for {len(has_bias)} layers given, but the widths describe {depth} layers")
     weights = [rng.normal(0.0, scale / math.sqrt(fan_in), (fan_out, fan_in)) for fan_in, fan_out in zip(widths[:-1], widths[1:])]
     biases = [rng.normal(0.0, bias_scale, fan_out) if flag else None for fan_out, flag in zip(widths[1:], has_bias)]
     return DenseNetwork(weights, biases)
@@ -329,7 +331,7 @@ class WalkBackResult:
     def require(self):
         """The reconstruction, or a ``ValueError`` carrying the block message."""
         if self.blocked is not None:
-            raise ValueError(self.blocked)
+            raise GradcoreValueError(self.blocked)
         return self.reconstruction
 
 
@@ -418,12 +420,12 @@ def walk_back(network: DenseNetwork, layer_gradients: LayerGradients, start: int
 
 def _start_layer(biased_layers: list[int], start: int | None) -> int:
     if not biased_layers:
-        raise ValueError("no layer has a bias, so no layer hands over dL/dz directly: Proposition 3.1 needs "
-                         "at least one biased fully-connected layer")
+        raise GradcoreValueError("no layer has a bias, so no layer hands over dL/dz directly: Proposition 3.1 needs "
+                                 "at least one biased fully-connected layer")
     if start is None:
         return biased_layers[-1]
     if start not in biased_layers:
-        raise ValueError(f"the walk-back must start at a biased layer; layer {start} is not one (biased: {biased_layers})")
+        raise GradcoreValueError(f"the walk-back must start at a biased layer; layer {start} is not one (biased: {biased_layers})")
     return int(start)
 
 
@@ -441,7 +443,7 @@ def central_difference_check(network: DenseNetwork, inputs: np.ndarray, labels: 
     within ``step`` of a ReLU kink would spoil it; random networks are almost never there.
     """
     if not step > 0:
-        raise ValueError(f"the finite-difference step must be positive, got {step}")
+        raise GradcoreValueError(f"the finite-difference step must be positive, got {step}")
     analytic = gradients(network, inputs, labels, loss)
     # Perturb a private copy in place: the original network is never touched.
     probe = DenseNetwork([weight.copy() for weight in network.weights],
@@ -490,18 +492,18 @@ def magnitude_invariance(network: DenseNetwork, inputs: np.ndarray, labels: np.n
     """
     single = _check_inputs(network, inputs, allow_single=True)
     if single.ndim == 2 and len(single) != 1:
-        raise ValueError(f"magnitude invariance is measured on one sample; got a batch of {len(single)}")
+        raise GradcoreValueError(f"magnitude invariance is measured on one sample; got a batch of {len(single)}")
     truth = forward(network, single.reshape(1, -1)).inputs
     reference = gradients(network, inputs, labels, loss)
     flat_reference = flatten_gradients(reference)
     rows = []
     for scale in scales:
         if not scale > 0:
-            raise ValueError(f"scales must be positive, got {scale}")
+            raise GradcoreValueError(f"scales must be positive, got {scale}")
         scaled = scale_gradients(reference, scale)
         result = walk_back(network, scaled)
         if not result.recovered:
-            raise ValueError(f"at scale {scale:g}: {result.blocked}")
+            raise GradcoreValueError(f"at scale {scale:g}: {result.blocked}")
         error = max(float(np.abs(recovered - true[0]).max()) for recovered, true in zip(result.inputs, truth))
         flat = flatten_gradients(scaled)
         distance = float(np.linalg.norm(flat - flat_reference))
@@ -582,19 +584,19 @@ def batch_mixture_weights(network: DenseNetwork, inputs: np.ndarray, labels: np.
         gradient at ``row`` (the residuals cancel exactly, so the division is undefined).
     """
     if not 0 <= layer < network.depth:
-        raise ValueError(f"layer {layer} does not exist; the network has layers 0 to {network.depth - 1}")
+        raise GradcoreValueError(f"layer {layer} does not exist; the network has layers 0 to {network.depth - 1}")
     if network.biases[layer] is None:
-        raise ValueError(f"layer {layer} has no bias, so its dL/dz is not observed and no row can be divided")
+        raise GradcoreValueError(f"layer {layer} has no bias, so its dL/dz is not observed and no row can be divided")
     passed, sensitivities = per_sample_sensitivities(network, inputs, labels, loss)
     sensitivity, layer_inputs = sensitivities[layer], passed.inputs[layer]
     weight_gradient, bias_gradient = gradients(network, inputs, labels, loss)[layer]
     if row is None:
         row = int(np.argmax(np.abs(bias_gradient)))
     if not 0 <= row < len(bias_gradient):
-        raise ValueError(f"row {row} does not exist; layer {layer} has {len(bias_gradient)} rows")
+        raise GradcoreValueError(f"row {row} does not exist; layer {layer} has {len(bias_gradient)} rows")
     if bias_gradient[row] == 0:
-        raise ValueError(f"the batch bias gradient of layer {layer} is zero at row {row}: the samples' "
-                         "sensitivities cancel exactly, so the division (and the mixture) is undefined")
+        raise GradcoreValueError(f"the batch bias gradient of layer {layer} is zero at row {row}: the samples' "
+                                 "sensitivities cancel exactly, so the division (and the mixture) is undefined")
     column = sensitivity[:, row]
     weights = column / column.sum()
     mixture = weight_gradient[row] / bias_gradient[row]
@@ -605,7 +607,7 @@ def output_residuals(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarr
     """``p_k[row] - [y_k = row]`` under cross-entropy: how wrong the model is about class ``row`` on each sample."""
     inputs, labels = _check_batch(network, inputs, labels, "cross_entropy")
     if not 0 <= row < network.widths[-1]:
-        raise ValueError(f"row {row} is not a class; the network has {network.widths[-1]} outputs")
+        raise GradcoreValueError(f"row {row} is not a class; the network has {network.widths[-1]} outputs")
     probabilities = softmax(forward(network, inputs).output)
     return probabilities[:, row] - (labels == row)
 
@@ -641,9 +643,9 @@ def dead_layer_network(inputs: np.ndarray, widths: Sequence[int] = (24, 16, 12, 
     """
     depth = len(widths) - 1
     if not 0 <= dead_layer < depth - 1:
-        raise ValueError(f"only a hidden layer has a ReLU to kill: dead_layer must be in 0..{depth - 2}, got {dead_layer}")
+        raise GradcoreValueError(f"only a hidden layer has a ReLU to kill: dead_layer must be in 0..{depth - 2}, got {dead_layer}")
     if not margin > 0:
-        raise ValueError(f"margin must be positive, got {margin}")
+        raise GradcoreValueError(f"margin must be positive, got {margin}")
     generator = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
     network = random_network(widths, generator, bias=True)
     network.weights[dead_layer] = -np.abs(network.weights[dead_layer])
@@ -672,7 +674,7 @@ def survey_random_networks(trials: int, widths: Sequence[int], rng: np.random.Ge
                            scale: float = 1.0) -> Survey:
     """Walk back ``trials`` random networks, each on a random input in ``[0, 1)^D`` with a random label."""
     if trials < 1:
-        raise ValueError(f"at least one trial is needed, got {trials}")
+        raise GradcoreValueError(f"at least one trial is needed, got {trials}")
     blocked, worst = 0, 0.0
     for _ in range(trials):
         network = random_network(widths, rng, bias=bias, scale=scale)
@@ -720,8 +722,8 @@ def dead_layer_probability(widths: Sequence[int]) -> float:
 def _linear_layers(model: nn.Module) -> list[tuple[int, nn.Linear]]:
     """``(module index, layer)`` of each Linear in a ``[Flatten...] Linear (ReLU Linear)*`` Sequential."""
     if not isinstance(model, nn.Sequential):
-        raise ValueError("the walk-back needs an nn.Sequential of Flatten, Linear and ReLU modules, "
-                         f"got a {type(model).__name__}")
+        raise GradcoreValueError("the walk-back needs an nn.Sequential of Flatten, Linear and ReLU modules, "
+                                 f"got a {type(model).__name__}")
     modules = list(model)
     position = 0
     while position < len(modules) and isinstance(modules[position], nn.Flatten):
@@ -730,13 +732,13 @@ def _linear_layers(model: nn.Module) -> list[tuple[int, nn.Linear]]:
     for index in range(position, len(modules)):
         module, wanted = modules[index], (nn.Linear if expect_linear else nn.ReLU)
         if not isinstance(module, wanted):
-            raise ValueError(f"module {index} is {type(module).__name__} where {wanted.__name__} was expected: the walk-back "
-                             "handles an optional Flatten then Linear layers with ReLU between them, ending on a Linear")
+            raise GradcoreValueError(f"module {index} is {type(module).__name__} where {wanted.__name__} was expected: the walk-back "
+                                     "handles an optional Flatten then Linear layers with ReLU between them, ending on a Linear")
         if expect_linear:
             layers.append((index, module))
         expect_linear = not expect_linear
     if not layers or expect_linear:
-        raise ValueError("the model must contain a Linear layer and end on one (a linear output feeding the loss)")
+        raise GradcoreValueError("the model must contain a Linear layer and end on one (a linear output feeding the loss)")
     return layers
 
 
@@ -744,18 +746,18 @@ def _torch_layer_gradients(model: nn.Module, gradient: Sequence[torch.Tensor], l
     parameters = list(model.parameters())
     gradient = tuple(gradient)
     if len(gradient) == 0:
-        raise ValueError(f"the gradient is empty: expected one tensor per parameter ({len(parameters)} for this model)")
+        raise GradcoreValueError(f"the gradient is empty: expected one tensor per parameter ({len(parameters)} for this model)")
     if any(not parameter.requires_grad for parameter in parameters):
-        raise ValueError("every parameter must be trainable: the walk-back divides the gradient of each layer it passes")
+        raise GradcoreValueError("every parameter must be trainable: the walk-back divides the gradient of each layer it passes")
     if len(gradient) != len(parameters):
-        raise ValueError(f"the gradient has {len(gradient)} tensors but the model has {len(parameters)} parameters")
+        raise GradcoreValueError(f"the gradient has {len(gradient)} tensors but the model has {len(parameters)} parameters")
     for index, (entry, parameter) in enumerate(zip(gradient, parameters)):
         if not isinstance(entry, torch.Tensor):
-            raise ValueError(f"gradient entry {index} is a {type(entry).__name__}, not a tensor")
+            raise GradcoreValueError(f"gradient entry {index} is a {type(entry).__name__}, not a tensor")
         if entry.shape != parameter.shape:
-            raise ValueError(f"gradient entry {index} has shape {tuple(entry.shape)}, its parameter has {tuple(parameter.shape)}")
+            raise GradcoreValueError(f"gradient entry {index} has shape {tuple(entry.shape)}, its parameter has {tuple(parameter.shape)}")
         if not torch.isfinite(entry).all():
-            raise ValueError(f"gradient entry {index} has NaN or infinite values")
+            raise GradcoreValueError(f"gradient entry {index} has NaN or infinite values")
     position = {id(parameter): index for index, parameter in enumerate(parameters)}
     return [(gradient[position[id(layer.weight)]], None if layer.bias is None else gradient[position[id(layer.bias)]])
             for _, layer in layers]
@@ -796,8 +798,8 @@ def walk_back_torch(model: nn.Module, gradient: Sequence[torch.Tensor], shape: S
     layer_gradients = _torch_layer_gradients(model, gradient, layers)
     shape = tuple(int(size) for size in shape)
     if math.prod(shape) != layers[0][1].in_features:
-        raise ValueError(f"an input of shape {shape} has {math.prod(shape)} entries, but the first Linear layer "
-                         f"takes {layers[0][1].in_features}")
+        raise GradcoreValueError(f"an input of shape {shape} has {math.prod(shape)} entries, but the first Linear layer "
+                                 f"takes {layers[0][1].in_features}")
     start = _start_layer([number for number, (_, layer) in enumerate(layers) if layer.bias is not None], start)
     reference = layer_gradients[start][0]
     weights = [layer.weight.detach().to(reference.device, reference.dtype) for _, layer in layers]
@@ -852,30 +854,30 @@ def gradient_pairs_from_torch(model: nn.Module, gradient: Sequence[torch.Tensor]
 def _check_inputs(network: DenseNetwork, inputs: np.ndarray, allow_single: bool) -> np.ndarray:
     inputs = np.asarray(inputs, dtype=np.float64)
     if inputs.ndim not in ((1, 2) if allow_single else (2,)) or inputs.shape[-1] != network.widths[0] or inputs.size == 0:
-        raise ValueError(f"inputs must be shaped ({network.widths[0]},) or (B, {network.widths[0]}) with B >= 1, "
-                         f"got {inputs.shape}")
+        raise GradcoreValueError(f"inputs must be shaped ({network.widths[0]},) or (B, {network.widths[0]}) with B >= 1, "
+                                 f"got {inputs.shape}")
     if not np.isfinite(inputs).all():
-        raise ValueError("inputs contain NaN or infinite values")
+        raise GradcoreValueError("inputs contain NaN or infinite values")
     return inputs
 
 
 def _check_batch(network: DenseNetwork, inputs: np.ndarray, labels, loss: str) -> tuple[np.ndarray, np.ndarray]:
     if loss not in LOSSES:
-        raise ValueError(f"unknown loss {loss!r}; known losses: {', '.join(LOSSES)}")
+        raise GradcoreValueError(f"unknown loss {loss!r}; known losses: {', '.join(LOSSES)}")
     inputs = np.atleast_2d(_check_inputs(network, inputs, allow_single=True))
     batch, classes = len(inputs), network.widths[-1]
     if loss == "cross_entropy":
         labels = np.atleast_1d(np.asarray(labels))
         if not np.issubdtype(labels.dtype, np.integer):
-            raise ValueError(f"cross-entropy labels must be integer class indices, got dtype {labels.dtype}")
+            raise GradcoreValueError(f"cross-entropy labels must be integer class indices, got dtype {labels.dtype}")
         if labels.shape != (batch,):
-            raise ValueError(f"labels shaped {labels.shape} for a batch of {batch}: expected one class index per sample")
+            raise GradcoreValueError(f"labels shaped {labels.shape} for a batch of {batch}: expected one class index per sample")
         if labels.min() < 0 or labels.max() >= classes:
-            raise ValueError(f"labels must lie in 0..{classes - 1}, got {labels.min()}..{labels.max()}")
+            raise GradcoreValueError(f"labels must lie in 0..{classes - 1}, got {labels.min()}..{labels.max()}")
         return inputs, labels
     labels = np.atleast_2d(np.asarray(labels, dtype=np.float64))
     if labels.shape != (batch, classes):
-        raise ValueError(f"half-squared-error targets must be shaped ({batch}, {classes}), got {labels.shape}")
+        raise GradcoreValueError(f"half-squared-error targets must be shaped ({batch}, {classes}), got {labels.shape}")
     return inputs, labels
 
 
@@ -883,23 +885,23 @@ def _check_gradients(network: DenseNetwork, layer_gradients: LayerGradients) -> 
     """The gradient as float64 array pairs, after checking it fits the network."""
     layer_gradients = list(layer_gradients)
     if len(layer_gradients) == 0:
-        raise ValueError(f"the gradient is empty: expected one (dL/dW, dL/db) pair per layer ({network.depth} for this network)")
+        raise GradcoreValueError(f"the gradient is empty: expected one (dL/dW, dL/db) pair per layer ({network.depth} for this network)")
     if len(layer_gradients) != network.depth:
-        raise ValueError(f"the gradient has {len(layer_gradients)} layers but the network has {network.depth}")
+        raise GradcoreValueError(f"the gradient has {len(layer_gradients)} layers but the network has {network.depth}")
     for layer, (pair, weight, bias) in enumerate(zip(layer_gradients, network.weights, network.biases)):
         if len(pair) != 2:
-            raise ValueError(f"gradient of layer {layer} must be a (dL/dW, dL/db) pair, got {len(pair)} entries")
+            raise GradcoreValueError(f"gradient of layer {layer} must be a (dL/dW, dL/db) pair, got {len(pair)} entries")
         weight_gradient, bias_gradient = pair
         if np.shape(weight_gradient) != weight.shape:
-            raise ValueError(f"dL/dW of layer {layer} has shape {np.shape(weight_gradient)}, its weight has {weight.shape}")
+            raise GradcoreValueError(f"dL/dW of layer {layer} has shape {np.shape(weight_gradient)}, its weight has {weight.shape}")
         if (bias is None) != (bias_gradient is None):
-            raise ValueError(f"layer {layer} {'has no' if bias is None else 'has a'} bias, but its bias gradient is "
-                             f"{'given' if bias is None else 'None'}")
+            raise GradcoreValueError(f"layer {layer} {'has no' if bias is None else 'has a'} bias, but its bias gradient is "
+                                     f"{'given' if bias is None else 'None'}")
         if bias is not None and np.shape(bias_gradient) != bias.shape:
-            raise ValueError(f"dL/db of layer {layer} has shape {np.shape(bias_gradient)}, its bias has {bias.shape}")
+            raise GradcoreValueError(f"dL/db of layer {layer} has shape {np.shape(bias_gradient)}, its bias has {bias.shape}")
         for name, entry in (("dL/dW", weight_gradient), ("dL/db", bias_gradient)):
             if entry is not None and not np.isfinite(entry).all():
-                raise ValueError(f"{name} of layer {layer} has NaN or infinite values")
+                raise GradcoreValueError(f"{name} of layer {layer} has NaN or infinite values")
     return [(np.asarray(weight_gradient, dtype=np.float64),
              None if bias_gradient is None else np.asarray(bias_gradient, dtype=np.float64))
             for weight_gradient, bias_gradient in layer_gradients]

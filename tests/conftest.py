@@ -15,6 +15,8 @@ os.environ.setdefault("MPLBACKEND", "Agg")  # before anything imports matplotlib
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
+
 
 import gradcore
 from gradcore import data
@@ -22,6 +24,15 @@ from gradcore import data
 # The models here are tiny: one intra-op thread is faster than two and cannot be starved by
 # other processes on a shared two-core runner (OpenMP threads spin when cores are busy).
 torch.set_num_threads(1)
+
+# Property-based tests (tests/test_validation.py). "ci", the default, is what `make test`
+# runs: few examples, a fixed derandomised sequence (the same examples on every run, so a
+# failure repeats) and no example database written to disk. HYPOTHESIS_PROFILE=thorough
+# searches wider and at random, for a developer hunting a bug.
+_shared = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+settings.register_profile("ci", max_examples=30, derandomize=True, database=None, print_blob=True, **_shared)
+settings.register_profile("thorough", max_examples=500, **_shared)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(autouse=True)

@@ -370,3 +370,69 @@ def test_a_stalled_lbfgs_stops_early_and_records_what_a_full_run_records(monkeyp
     assert fast.history == full.history
     assert all(a == b and torch.equal(x, y) for (a, x), (b, y) in zip(fast.snapshots, full.snapshots))
     assert fast.history["mse"][-1] < 1e-8  # it stalled at the solution, as DLG does on a small MLP
+
+
+# ----------------------------------------------------------------------------------
+# Issue 14: bad input gets a clear error before the attack starts, never garbage
+# ----------------------------------------------------------------------------------
+
+
+def test_a_float_label_is_refused_not_broadcast(mlp_case):
+    # Cross-entropy with a float (B,) target broadcast it against the logits: another loss, a gradient off by up to 2.5.
+    model, image, label, shared = mlp_case
+    with pytest.raises(TypeError, match=r"labels are a float32 tensor of shape \(1,\): cross-entropy takes integer class indices"):
+        attacks.attack("dlg", model, shared, shape=(1, 8, 8), labels=torch.tensor([3.0]), progress=False)
+
+
+@pytest.mark.parametrize("labels, fragment", [
+    (torch.tensor([12]), r"class indices in 0 .. 9 \(the model has 10 outputs\); got values from 12 to 12"),
+    (torch.tensor([-1]), "got values from -1 to -1"),
+    ([3], "labels must be a torch.Tensor"),
+])
+def test_labels_outside_the_classes_are_refused(mlp_case, labels, fragment):
+    model, image, label, shared = mlp_case
+    with pytest.raises(ValueError, match=fragment):
+        attacks.attack("dlg", model, shared, shape=(1, 8, 8), labels=labels, progress=False)
+
+
+@pytest.mark.parametrize("config, error, fragment", [
+    ({"iterations": -5}, ValueError, r"iterations \(option of attack 'dlg'\) must be at least 1; got -5"),
+    ({"iterations": 0}, ValueError, "must be at least 1; got 0"),
+    ({"lr": "1"}, TypeError, r"lr \(option of attack 'dlg'\) must be a finite number > 0"),
+    ({"record_every": 2.0}, TypeError, "write 2, not 2.0"),
+    ({"snapshots": (0, -1)}, ValueError, r"snapshots \(option of attack 'dlg'\)\[1\] must be at least 0"),
+    ({"steps": 3}, TypeError, "attack 'dlg' has no option 'steps'"),
+])
+def test_attack_settings_are_checked_before_the_attack_starts(mlp_case, config, error, fragment):
+    # iterations=-5 returned the random start as a reconstruction.
+    model, image, label, shared = mlp_case
+    with pytest.raises(error, match=fragment):
+        attacks.attack("dlg", model, shared, shape=(1, 8, 8), labels=label, progress=False, **config)
+
+
+def test_batch_size_must_be_a_whole_number(mlp_case):
+    model, image, label, shared = mlp_case
+    with pytest.raises(TypeError, match=r"batch size must be a whole number at least 1; got 2.0 \(a float\) \(write 2, not 2.0\)"):
+        attacks.attack("dlg", model, shared, shape=(1, 8, 8), batch_size=2.0, progress=False)
+
+
+@pytest.mark.parametrize("shape", [(3, 8, 8), (1, 9, 9)])
+def test_a_shape_the_model_cannot_take_is_named(mlp_case, shape):
+    model, image, label, shared = mlp_case
+    with pytest.raises(ValueError, match=rf"inputs of shape \({shape[0]}, {shape[1]}, {shape[2]}\) \(one sample\) do not fit the model"):
+        attacks.attack("dlg", model, shared, shape=shape, labels=label, progress=False)
+
+
+def test_a_gradient_in_another_dtype_than_the_model_is_refused(mlp_case):
+    model, image, label, shared = mlp_case
+    with pytest.raises(ValueError, match=r"gradient entry 0 \(parameter '1.weight'\) is float32, its parameter float64"):
+        attacks.attack("dlg", model, tuple(g.float() for g in shared), shape=(1, 8, 8), labels=label, progress=False)
+
+
+def test_infer_labels_checks_its_batch_size(mlp_case):
+    # batch_size=0 divided by zero inside the heuristic.
+    model, image, label, shared = mlp_case
+    with pytest.raises(ValueError, match="batch_size must be at least 1; got 0"):
+        attacks.infer_labels(model, shared, batch_size=0)
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        attacks.infer_labels(model, (shared[0] * math.nan,) + shared[1:])

@@ -196,3 +196,18 @@ def test_imagefolder_centre_crops(tmp_path):
     io.imsave(tmp_path / "c" / "wide.png", image, check_contrast=False)
     dataset = data.imagefolder(tmp_path, size=4)
     torch.testing.assert_close(dataset.images[0], torch.ones(3, 4, 4), rtol=0, atol=1e-6)
+
+
+def test_bad_options_are_refused_before_anything_is_read(monkeypatch):
+    # size=0 failed inside scipy.
+    monkeypatch.setattr(data, "_read_photo", lambda name: pytest.fail("read before the check"))
+    with pytest.raises(ValueError, match=r"size \(option of dataset 'photos'\) must be at least 1; got 0"):
+        data.load("photos", size=0)
+    with pytest.raises(ValueError, match=r"crop_fraction \(option of dataset 'photos'\) must be in \(0, 1\]; got 1.5"):
+        data.load("photos", crop_fraction=1.5)
+    with pytest.raises(TypeError, match=r"per_photo \(option of dataset 'photos'\) must be a whole number at least 1; got 2.5"):
+        data.load("photos", per_photo=2.5)
+    with pytest.raises(TypeError, match="dataset 'photos' has no option 'side'; its options: size, per_photo, crop_fraction, seed"):
+        data.load("photos", side=16)
+    with pytest.raises(ValueError, match=r"split \(option of dataset 'cifar10'\) must be one of 'train', 'test'"):
+        data.load("cifar10", split="validation")

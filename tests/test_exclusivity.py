@@ -93,6 +93,45 @@ def test_attack_agrees_with_the_analysis():
     assert all(point.worst_error < 1e-8 for point in points)
 
 
+def _confident_case(trial):
+    """A network scaled up until its softmax saturates, and a batch of two it classifies confidently."""
+    rng = np.random.default_rng(trial)
+    widths = (12, int(rng.integers(8, 40)), int(rng.integers(8, 40)), 4)
+    network = walkback.random_network(widths, rng).scaled(float(rng.choice([3.0, 5.0, 8.0])))
+    inputs = rng.random((2, 12))
+    labels = walkback.softmax(walkback.forward(network, inputs).output).argmax(axis=1)
+    return network, inputs, labels
+
+
+@pytest.mark.parametrize("trial, failure", [
+    (1741, "more than the batch size"),  # loss vectors nearly anti-parallel: p_y = 1 - 5e-6 and 0.52 over the same two classes
+    (1279, "more than the batch size"),  # p_y within 5e-12 of 1
+    (8, "no exclusive neuron at ReLU layer 1"),  # p_y within 4e-12 of 1
+])
+def test_analysis_says_why_the_attack_fails_on_a_very_confident_model(trial, failure):
+    # Issue 14: analyse said insecure, reconstruct failed ("more groups than the batch size"). The
+    # paper's condition is about activation patterns; the attack also needs the loss vectors apart.
+    network, inputs, labels = _confident_case(trial)
+    plain = ex.analyse(network, inputs)
+    assert plain.insecure and plain.recoverable is None
+    with pytest.raises(ValueError, match=failure):
+        ex.reconstruct(network, walkback.gradients(network, inputs, labels), 2)
+    report = ex.analyse(network, inputs, labels=labels)
+    assert report.insecure and report.state == plain.state and report.reason == plain.reason  # the paper's verdict stays
+    assert report.recoverable is False
+    assert "insecure by exclusivity, but the attack fails" in report.attack_reason and failure in report.attack_reason
+    assert "fit so confidently that its loss vector p - onehot(y) has norm" in report.attack_reason
+    assert "grouping tolerance of 1e-12" in report.attack_reason
+
+
+def test_analysis_with_labels_agrees_with_the_attack_on_ordinary_batches():
+    network, inputs, labels = _insecure((16, 64, 5), 3)
+    report = ex.analyse(network, inputs, labels=labels)
+    assert report.insecure and report.recoverable is True and "recovers every input" in report.attack_reason
+    reduced = ex.analyse(network, inputs, first_relu=False, labels=labels)
+    assert reduced.recoverable is False and "reduced" in reduced.attack_reason
+
+
 def test_not_insecure_at_the_last_layer_is_reported_with_counts():
     rng = np.random.default_rng(3)
     network = walkback.random_network((16, 32, 5), rng)
@@ -222,6 +261,41 @@ def test_exclusive_sample_is_pinned():
     sample_basis, input_basis = ex.perturbation_basis(network, pool[index], pool_labels[index])
     assert input_basis.shape == (16, 12)
     np.testing.assert_allclose(sample_basis[counts > 0], 0.0, atol=1e-12)
+
+
+def test_artifact_batch_refuses_bad_targets_and_bounds():
+    rng = np.random.default_rng(6)
+    network = walkback.random_network((16, 3, 32, 5), rng)
+    pool, pool_labels = _batch(rng, 100)
+    index = ex.find_batch(network, pool, 6, "secure", rng)
+    batch, labels = pool[index], pool_labels[index]
+    # Issue 14: target=(99, 0) was an IndexError inside the module; reversed bounds an "infeasible" programme.
+    with pytest.raises(ValueError, match="target sample must be between 0 and 5; got 99"):
+        ex.artifact_batch(network, batch, labels, target=(99, 0))
+    with pytest.raises(ValueError, match="target pixel must be between 0 and 15; got 16"):
+        ex.artifact_batch(network, batch, labels, target=(0, 16))
+    with pytest.raises(TypeError, match="target must be 'invert' or a"):
+        ex.artifact_batch(network, batch, labels, target=3)
+    with pytest.raises(ValueError, match=r"low < high; got \(1.0, 0.0\)"):
+        ex.artifact_batch(network, batch, labels, bounds=(1.0, 0.0))
+    with pytest.raises(ValueError, match="outside the pixel box"):
+        ex.artifact_batch(network, batch, labels, bounds=(0.0, 0.5))
+    with pytest.raises(ValueError, match=r"labels must lie in 0..4"):
+        ex.artifact_batch(network, batch, labels + 5)
+
+
+def test_entry_points_refuse_what_is_not_a_network_or_a_batch():
+    network, inputs, labels = _insecure((16, 64, 5), 3)
+    with pytest.raises(TypeError, match="must be a gradcore.walkback.DenseNetwork"):
+        ex.analyse("network", inputs)
+    with pytest.raises(ValueError, match=r"inputs must be shaped \(16,\) or \(B, 16\)"):
+        ex.analyse(network, inputs[:, :5])
+    with pytest.raises(TypeError, match="batch size must be a whole number"):
+        ex.reconstruct(network, walkback.gradients(network, inputs, labels), 3.0)
+    with pytest.raises(ValueError, match="tolerance must be > 0"):
+        ex.reconstruct(network, walkback.gradients(network, inputs, labels), 3, tolerance=-1.0)
+    with pytest.raises(ValueError, match="batch size must be between 1 and 3"):
+        ex.find_batch(network, inputs, 4, "secure", np.random.default_rng(0))
 
 
 def test_no_artifact_without_room():

@@ -216,7 +216,7 @@ def test_validate_accepts_a_partly_zero_gradient(valid):
     ("empty", ["empty", "4 for this model"]),
     ("count", ["3 tensors", "4 trainable parameters"]),
     ("shape", ["entry 2", "shape (5, 4)", "(4, 5)"]),
-    ("type", ["entry 1", "ndarray", "not a tensor"]),
+    ("type", ["entry 1", "must be a tensor", "float64 array"]),
     ("nan", ["entry 3", "1 NaN or infinite"]),
     ("inf", ["entry 0", "2 NaN or infinite"]),
     ("zero", ["zero everywhere"]),
@@ -259,3 +259,69 @@ def test_flatten_and_norm_against_numpy():
     expected = np.concatenate([g.numpy().ravel() for g in gradient])
     np.testing.assert_array_equal(flat.numpy(), expected)
     assert gradients.norm(gradient).item() == pytest.approx(np.linalg.norm(expected), rel=1e-14)
+
+
+# ----------------------------------------------------------------------------------
+# Issue 14: what the client is given is checked before anything is computed
+# ----------------------------------------------------------------------------------
+
+
+def test_a_float_label_is_refused_not_broadcast(make_mlp):
+    model = make_mlp()
+    inputs, _ = sample(batch=1)
+    with pytest.raises(TypeError, match=r"targets are a float32 tensor of shape \(1,\): cross-entropy takes integer class indices"):
+        gradients.shared_gradient(model, inputs, torch.tensor([3.0]))
+    probabilities = torch.full((1, 10), 0.1, dtype=torch.float64)  # per-class probabilities remain welcome
+    assert len(gradients.shared_gradient(model, inputs, probabilities)) == 4
+
+
+def test_an_empty_batch_is_refused(make_mlp):
+    # It returned a gradient of zeros.
+    model = make_mlp()
+    inputs, labels = sample(batch=1)
+    with pytest.raises(ValueError, match=r"inputs is an empty batch \(shape \(0, 1, 8, 8\)\)"):
+        gradients.shared_gradient(model, inputs[:0], labels[:0])
+
+
+@pytest.mark.parametrize("labels, fragment", [
+    (torch.tensor([12]), r"class indices in 0 .. 9 \(the model has 10 outputs\); got values from 12 to 12"),
+    (torch.tensor([-1]), "got values from -1 to -1"),
+    (torch.tensor([1, 2]), "2 targets given for a batch of 1"),
+])
+def test_labels_outside_the_classes_are_refused(make_mlp, labels, fragment):
+    # torch answered "IndexError: Target 12 is out of bounds".
+    model = make_mlp()
+    inputs, _ = sample(batch=1)
+    for function in (gradients.shared_gradient, gradients.per_sample_gradients, gradients.local_update):
+        with pytest.raises(ValueError, match=fragment):
+            function(model, inputs, labels)
+
+
+def test_inputs_of_the_wrong_shape_or_dtype_are_named(make_mlp, make_lenet):
+    # torch answered "mat1 and mat2 shapes cannot be multiplied" or a reshape error.
+    model = make_mlp()
+    inputs, labels = sample(batch=2)
+    with pytest.raises(ValueError, match=r"inputs are float32 but the model's parameters are float64: convert one to the other"):
+        gradients.shared_gradient(model, inputs.float(), labels)
+    with pytest.raises(ValueError, match=r"inputs of shape \(3, 8, 8\) \(one sample\) do not fit the model"):
+        gradients.shared_gradient(model, inputs.repeat(1, 3, 1, 1), labels)
+    lenet = make_lenet()
+    with pytest.raises(ValueError, match=r"inputs of shape \(3, 20, 20\) \(one sample\) do not fit the model"):
+        gradients.shared_gradient(lenet, torch.rand(1, 3, 20, 20), torch.tensor([1]))
+
+
+def test_local_update_checks_its_step_and_epochs(make_mlp):
+    model = make_mlp()
+    inputs, labels = sample(batch=2)
+    with pytest.raises(ValueError, match="lr must be > 0; got -0.1"):
+        gradients.local_update(model, inputs, labels, lr=-0.1)
+    with pytest.raises(TypeError, match="epochs must be a whole number at least 1; got 1.5"):
+        gradients.local_update(model, inputs, labels, epochs=1.5)
+
+
+def test_a_defense_option_is_checked_before_the_gradient_is_computed(make_mlp, monkeypatch):
+    model = make_mlp()
+    inputs, labels = sample(batch=2)
+    monkeypatch.setattr(gradients, "batch_gradient", lambda *args, **kwargs: pytest.fail("computed before the check"))
+    with pytest.raises(TypeError, match=r"sigma \(option of defense 'noise'\) must be a finite number >= 0; got '0.1'"):
+        gradients.shared_gradient(model, inputs, labels, defense="noise", sigma="0.1")

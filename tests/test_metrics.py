@@ -70,7 +70,9 @@ def test_shape_mismatch_raises(metric):
 
 def test_non_batched_images_raise():
     with pytest.raises(ValueError, match=r"\(B, C, H, W\)"):
-        metrics.mse(torch.rand(8, 8), torch.rand(8, 8))
+        metrics.ssim(torch.rand(8, 8), torch.rand(8, 8))
+    with pytest.raises(ValueError, match=r"\(B, \.\.\.\) with B >= 1"):
+        metrics.mse(torch.rand(8), torch.rand(8))
 
 
 def test_too_small_for_ssim_raises():
@@ -127,3 +129,43 @@ def test_best_matches_picks_the_nearest_original_not_an_assignment():
     assert torch.allclose(score[1], metrics.psnr(reconstruction[1:2], truth[2:3])[0])
     with pytest.raises(ValueError, match="same image shape"):
         metrics.best_matches(reconstruction, torch.rand((3, 3, 8, 8)))
+
+
+# ----------------------------------------------------------------------------------
+# Issue 14: what the metrics are given is checked
+# ----------------------------------------------------------------------------------
+
+
+def test_uint8_images_are_refused_with_the_conversion():
+    # PSNR of uint8 images in 0-255 came out at -40 dB.
+    truth = (torch.rand(2, 3, 8, 8, generator=torch.Generator().manual_seed(0)) * 255).to(torch.uint8)
+    for metric in ("mse", "psnr", "ssim"):
+        with pytest.raises(TypeError, match=r"must be a floating-point tensor; got a uint8 tensor .* images.float\(\) / 255"):
+            metrics.measure(metric, truth, truth)
+    assert metrics.psnr(truth.float() / 255, truth.float() / 255 + 0.1).mean().item() == pytest.approx(20.0, abs=1e-4)
+
+
+def test_align_refuses_batches_of_different_sizes():
+    # Batches of 3 and 2 gave a partial match.
+    with pytest.raises(ValueError, match=r"reconstruction has shape \(3, 1, 4, 4\), truth has \(2, 1, 4, 4\)"):
+        metrics.align(torch.rand(3, 1, 4, 4), torch.rand(2, 1, 4, 4))
+
+
+def test_metrics_take_batches_of_vectors_but_ssim_needs_images():
+    truth = torch.rand(3, 7, dtype=torch.float64)
+    assert metrics.mse(truth + 0.1, truth).shape == (3,)
+    assert metrics.psnr(truth + 0.1, truth)[0].item() == pytest.approx(20.0, abs=1e-9)
+    assert metrics.align(truth[[2, 0, 1]], truth).tolist() == [1, 2, 0]
+    with pytest.raises(ValueError, match=r"\(B, C, H, W\)"):
+        metrics.ssim(truth, truth)
+
+
+@pytest.mark.parametrize("call, fragment", [
+    (lambda x: metrics.psnr(x, x, data_range=0), "data_range must be > 0; got 0"),
+    (lambda x: metrics.ssim(x, x, window=1), "window must be at least 2; got 1"),
+    (lambda x: metrics.mse(x, torch.full_like(x, float("nan"))), "truth .* has 392 NaN or infinite values"),
+    (lambda x: metrics.circular_shift_psnr(x, x, data_range=float("inf")), "data_range must be a finite number > 0; got inf"),
+])
+def test_options_and_a_non_finite_truth_are_refused(call, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        call(torch.rand(2, 1, 14, 14))

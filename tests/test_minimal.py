@@ -143,6 +143,80 @@ def test_counting_is_necessary_not_sufficient():
     assert row[-2] == "yes" and row[-1] != "64/64"  # enough equations, pixels the stride skips
 
 
+def test_counting_is_not_sufficient_at_stride_one_either():
+    # Issue 14: 2x7x7 input, 3 kernels of 2x2 at stride 1: the count is met (108 equations,
+    # 98 unknowns), the system is rank-deficient. conv_counting says so where it can.
+    count = minimal.conv_counting(7, 2, 3, 2, padding=0, stride=1)
+    assert count.solvable and count.equations == 108 and count.unknowns == 98
+    assert count.rank == 92 and count.determined is False
+    assert minimal.conv_counting(8, 1, 1, 3, 1, 1).determined is True
+    assert minimal.conv_counting(32, 3, 12, 5, 2, 2).rank is None  # 3072 unknowns: not decomposed by default
+    weight = np.random.default_rng(1).normal(size=(3, 2, 2, 2))
+    assert minimal.conv_counting(7, 2, 3, 2, weight=weight).rank == 92
+    with pytest.raises(ValueError, match=r"weight must be shaped \(h, C, k, k\)"):
+        minimal.conv_counting(7, 2, 3, 2, weight=weight[:2])
+
+
+def test_counting_refuses_bad_sizes():
+    with pytest.raises(TypeError, match="kernel size k must be a whole number"):
+        minimal.conv_output_width(8, "3")
+    with pytest.raises(ValueError, match="kernels h must be at least 1"):
+        minimal.conv_counting(8, 1, 0, 3)
+    with pytest.raises(TypeError, match=r"write 8, not 8\.0"):
+        minimal.conv_counting(8.0, 1, 2, 3)
+    with pytest.raises(ValueError, match="batch size must be at least 1"):
+        minimal.demixing_condition(4, 0)
+
+
+#: A 1x1 convolution, 3 -> 5 channels, on a 9x9 input padded by 2: 845 equations, 440 of them
+#: all-zero (outputs that see only padding), 243 unknowns, condition number 2.4. Torch's SVD
+#: (MKL's divide and conquer) failed to converge on this matrix on one thread, not on two.
+ONE_BY_ONE = [-0.48673224449157715, -0.30887383222579956, 0.24510341882705688, 0.3705569803714752, 0.06280761957168579,
+              -0.01845315285027027, -0.02256114035844803, 0.4121609032154083, 0.16227948665618896, -0.36599963903427124,
+              0.37701791524887085, 0.5235376954078674, 0.4669271409511566, 0.2655283510684967, 0.41994473338127136]
+
+
+def test_two_step_succeeds_on_one_thread_where_torch_s_svd_did_not():
+    weight = np.array(ONE_BY_ONE).reshape(5, 3, 1, 1)
+    matrix = minimal.convolution_matrix(weight, 9, 2, 1)
+    target = matrix @ np.arange(243.0)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # where torch's SVD failed
+        rank, solution, largest = minimal._svd_solve(matrix, target)
+        u, singular, vt = minimal._svd(matrix)  # the full matrix, zero rows included
+        torch.manual_seed(0)
+        model = minimal.conv_mlp((3, 9, 9), 4, kernels=5, kernel_size=1, stride=1, padding=2, hidden=6).double()
+        with torch.no_grad():
+            model[0].weight.copy_(torch.as_tensor(weight))
+        x = torch.rand(1, 3, 9, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+        result = minimal.two_step(model, gradcore.shared_gradient(model, x, torch.tensor([1])), (3, 9, 9))
+    finally:
+        torch.set_num_threads(before)
+    # The system has full column rank, so least squares returns the exact solution, to round-off.
+    assert rank == 243 and np.allclose(solution, np.arange(243.0), rtol=0, atol=1e-10)
+    # The fallback's singular values are those of the matrix without its zero rows (which torch decomposes).
+    live = torch.linalg.svdvals(torch.as_tensor(matrix[np.any(matrix != 0, axis=1)]))
+    np.testing.assert_allclose(singular.numpy(), live.numpy(), rtol=1e-12, atol=0)
+    assert float(singular[0] / singular[-1]) < 3  # well conditioned
+    assert result.deconvolution.method == "lstsq" and result.deconvolution.determined
+    assert minimal.relative_error(result.input, x.numpy()) < 1e-10
+
+
+def test_deconvolution_blocked_when_only_padding_is_seen():
+    # Found by fuzzing two_step: a 1x1 kernel, padding 2, stride 3 on a 3x3 input; the only active
+    # ReLU outputs see nothing but padding. It divided by a zero singular value.
+    layer = torch.nn.Conv2d(1, 1, 1, stride=3, padding=2).double()
+    with torch.no_grad():
+        layer.weight.fill_(1.0)
+        layer.bias.fill_(0.5)
+    outputs = minimal.conv_output_width(3, 1, 2, 3)
+    activated = np.full(outputs * outputs, 0.5)  # relu(0 + 0.5): every output is padding plus bias
+    activated[outputs + 1] = 0.0  # the output that sees the input is inactive
+    with pytest.raises(ValueError, match="blocked: every usable convolution output sees only the zero padding"):
+        minimal.deconvolve(layer, activated, "relu", 3)
+
+
 def _cnn_case(kernels, **options):
     torch.manual_seed(0)
     model = minimal.conv_mlp((1, 6, 6), 4, kernels=kernels, **options).double()
@@ -172,10 +246,21 @@ def test_two_step_refuses_unsupported_models():
     with pytest.raises(ValueError, match="one convolutional layer"):
         minimal.two_step(model, [p.detach() for p in model.parameters()], (1, 8, 8))
     layer = torch.nn.Conv2d(1, 1, 3)
-    with pytest.raises(ValueError, match="unknown deconvolution method"):
+    with pytest.raises(ValueError, match="deconvolution method must be one of 'auto', 'lstsq', 'optimise'"):
         minimal.deconvolve(layer, np.zeros(36), "sigmoid", 8, method="magic")
     with pytest.raises(ValueError, match="saturated or inactive"):
         minimal.deconvolve(layer, np.zeros(36), "relu", 8)
+
+
+def test_minimal_mlp_attack_on_a_non_image_input():
+    # Issue 14: the attack computed the reconstruction, then failed recording its history
+    # because the metrics assumed (B, C, H, W).
+    model = models.build("mlp", (7,), 3, seed=0, widths=(5,)).double()
+    x = torch.rand(1, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    result = gradcore.attack("minimal_mlp", model, gradcore.shared_gradient(model, x, torch.tensor([1])), shape=(7,), truth=x,
+                             progress=False)
+    assert result.reconstruction.shape == (1, 7)
+    assert result.final("mse") < 1e-25 and result.final("psnr") > 200
 
 
 def test_minimal_mlp_attack_matches_numpy():

@@ -117,3 +117,31 @@ def test_mlp_layers_and_parameter_count():
     assert models.count_parameters(unbiased) == 64 * 100 + 100 * 10
     model[1].weight.requires_grad_(False)
     assert models.count_parameters(model) == 100 + 100 * 10 + 10
+
+
+# ----------------------------------------------------------------------------------
+# Issue 14: build checks its arguments before building
+# ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arguments, error, fragment", [
+    ((("mlp", (1, 8, 8), 0)), ValueError, "num_classes must be at least 1; got 0"),
+    ((("mlp", (1, 8, 8), 2.0)), TypeError, "num_classes must be a whole number at least 1; got 2.0"),
+    ((("mlp", (1, 0, 8), 10)), ValueError, r"shape\[1\] must be at least 1; got 0"),
+    ((("mlp", "1x8x8", 10)), TypeError, "shape must be a sequence of whole numbers"),
+    ((("lenet", (64,), 10)), ValueError, r"model 'lenet' takes images shaped \(C, H, W\)"),
+    ((("convnet", (3, 8, 8), 10)), ValueError, "H and W at least 9"),
+])
+def test_bad_arguments_are_refused_before_building(arguments, error, fragment):
+    # num_classes=0 used to build a network with no output.
+    with pytest.raises(error, match=fragment):
+        models.build(*arguments)
+
+
+def test_bad_options_name_the_option():
+    with pytest.raises(ValueError, match=r"widths \(option of model 'mlp'\)\[0\] must be at least 1; got 0"):
+        models.build("mlp", (1, 8, 8), 10, widths=(0,))
+    with pytest.raises(TypeError, match="model 'lenet' has no option 'widths'; its options: init"):
+        models.build("lenet", (3, 16, 16), 10, widths=(8,))
+    with pytest.raises(TypeError, match=r"seed must be a whole number"):
+        models.build("mlp", (1, 8, 8), 10, seed="0")
