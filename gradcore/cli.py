@@ -167,7 +167,34 @@ DRIFT_DIR = Path("notebooks") / "drift"
 def cmd_drift(root: Path, args) -> int:
     if args.action == "run":
         return _drift_run(root, args.label, args.items)
+    if args.log:
+        return _drift_log_report(Path(args.log))
     return _drift_report(root, [args.label, *args.items] if args.label else [])
+
+
+def _drift_log_report(path: Path) -> int:
+    """Summarise a ``GRADCORE_DRIFT_LOG`` written by a ``gradcore check`` on another float path."""
+    import json
+
+    if not path.is_file():
+        raise pipeline.PipelineError(f"no drift log at {path}: run `GRADCORE_DRIFT_LOG={path} gradcore check` first")
+    largest: dict = {}
+    outside = []
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        if not record["within"]:
+            outside.append(record)
+        elif record["size"] > largest.get((record["chapter"], record["kind"]), (0.0, None))[0]:
+            largest[(record["chapter"], record["kind"])] = (record["size"], record)
+    print(f"== {path}: largest move per chapter and kind of number (committed -> this run)")
+    for (chapter, kind), (size, record) in sorted(largest.items()):
+        moved = f"{size:.3g} dB" if kind == "decibels" else f"{size:.3g}" if kind == "fraction" else f"{100 * size:.3g}%"
+        print(f"   {chapter:<20} {kind:<10} {moved:>10}  cell {record['cell']}, {record['where'][:60]}: "
+              f"{record['stored']!s} -> {record['new']!s}")
+    for record in outside:
+        print(f"   {record['chapter']} cell {record['cell']}: OUTSIDE the tolerance: {record['kind']} "
+              f"{record['stored']} -> {record['new']} (allowed {record['allowed']}) at {record['where'][:80]}")
+    return 1 if outside else 0
 
 
 def _drift_run(root: Path, label: str | None, assignments: list[str]) -> int:
@@ -251,6 +278,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=("run", "report"))
     p.add_argument("label", nargs="?")
     p.add_argument("items", nargs="*", metavar="VAR=VALUE")
+    p.add_argument("--log", help="with report: summarise a GRADCORE_DRIFT_LOG file instead of notebooks/drift/")
     p.set_defaults(fn=cmd_drift)
     return ap
 

@@ -8,10 +8,15 @@ within the tolerance their chapter declares for their kind. A failure names the 
 the cell, the number, the committed and the new value and the tolerance.
 
 ``gradcore check --exact`` runs nbval without this plugin: bit-exact, for refactoring on
-the machine type that produced the notebooks.
+the machine type that produced the notebooks. With ``GRADCORE_DRIFT_LOG=FILE`` every
+decimal that moved (within its tolerance or not) is appended to FILE as a JSON line, so a
+check on another float path is also a drift measurement (``gradcore drift report --log``).
 """
 
 from __future__ import annotations
+
+import json
+import os
 
 import nbval.plugin as _nbval
 
@@ -26,7 +31,9 @@ def compare_outputs(self, test, ref, skip_compare=None):
     notebook = self.parent.nb
     chapter = reproducibility.chapter_tolerance(notebook.metadata)
     tolerance = reproducibility.cell_tolerance(chapter, self.cell.metadata)
-    differences = reproducibility.compare_outputs(ref, test, tolerance, sanitize=self.sanitize)
+    drifts: list = []
+    differences = reproducibility.compare_outputs(ref, test, tolerance, sanitize=self.sanitize, drifts=drifts)
+    _log_drifts(self, drifts, differences)
     self.comparison_traceback = []
     if not differences:
         return True
@@ -38,6 +45,19 @@ def compare_outputs(self, test, ref, skip_compare=None):
     if len(differences) > 20:
         self.comparison_traceback.append(f"  ... and {len(differences) - 20} more")
     return False
+
+
+def _log_drifts(cell, drifts: list, differences: list) -> None:
+    path = os.environ.get("GRADCORE_DRIFT_LOG")
+    if not path:
+        return
+    chapter = cell.fspath.purebasename
+    records = [{"chapter": chapter, "cell": cell.cell_num, "where": d.where, "kind": d.kind, "stored": d.stored,
+                "new": d.new, "size": d.size, "within": True} for d in drifts]
+    records += [{"chapter": chapter, "cell": cell.cell_num, "where": d.where, "kind": d.kind, "stored": d.stored,
+                 "new": d.new, "allowed": d.allowed, "within": False} for d in differences]
+    with open(path, "a", encoding="utf-8") as log:
+        log.writelines(json.dumps(record) + "\n" for record in records)
 
 
 def pytest_configure(config):

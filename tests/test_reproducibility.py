@@ -7,6 +7,8 @@ a PSNR that falls by more than its chapter allows).
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -190,10 +192,10 @@ print("PSNR", 20.0, "attacks", 3)
 """
 
 
-def _nbval(root: Path, *extra: str) -> subprocess.CompletedProcess:
+def _nbval(root: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "pytest", "--nbval", "notebooks/chapter.ipynb", "--nbval-current-env",
            "-p", "no:cacheprovider", "-q", *extra]
-    return subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    return subprocess.run(cmd, cwd=root, capture_output=True, text=True, env={**os.environ, **(env or {})})
 
 
 @pytest.mark.kernel
@@ -211,7 +213,11 @@ def test_nbval_plugin_accepts_drift_and_names_a_regression(tmp_path):
 
     committed("PSNR 20.3 attacks 3\n")  # as another CPU might have printed it
     plugin = ("-p", "gradcore.nbval_tolerance")
-    assert _nbval(tmp_path, *plugin).returncode == 0
+    log = tmp_path / "drift.jsonl"
+    assert _nbval(tmp_path, *plugin, env={"GRADCORE_DRIFT_LOG": str(log)}).returncode == 0
+    [record] = [json.loads(line) for line in log.read_text().splitlines()]
+    assert record["chapter"] == "chapter" and record["kind"] == "decibels" and record["within"]
+    assert record["size"] == pytest.approx(0.3)
     assert _nbval(tmp_path).returncode != 0  # plain nbval: bit-exact
     committed("PSNR 21.0 attacks 3\n")
     result = _nbval(tmp_path, *plugin)
