@@ -4,6 +4,7 @@
     gradcore run CHAPTER [--profile ci|paper] [-p NAME VALUE ...]
     gradcore build [--no-execute]                   execute every chapter (ci), build _build/html
     gradcore check [--exact]                        freshness, nbval, strict build, browser check
+    gradcore tolerances                             copy declared output tolerances into the notebooks
     gradcore drift run LABEL [VAR=VALUE ...]        execute every chapter on another float path
     gradcore drift report [LABEL ...]               how far those runs moved from notebooks/
 """
@@ -161,6 +162,12 @@ def cmd_check(root: Path, args) -> int:
     return 0
 
 
+def cmd_tolerances(root: Path, args) -> int:
+    changed = pipeline.sync_tolerances(root)
+    print("\n".join(f"updated {path}" for path in changed) or "every notebook already carries its chapter's tolerances")
+    return 0
+
+
 DRIFT_DIR = Path("notebooks") / "drift"
 
 
@@ -269,6 +276,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--exact", action="store_true",
                    help="compare outputs character by character (only the machine type that made them passes)")
     p.set_defaults(fn=cmd_check)
+
+    p = sub.add_parser("tolerances", help="copy each chapter's declared output tolerances into its notebook",
+                       description="Tolerances configure the output check, not the outputs: after changing one in "
+                                   "book/NAME.md, this writes it into notebooks/NAME.ipynb without re-executing.")
+    p.set_defaults(fn=cmd_tolerances)
 
     p = sub.add_parser("drift", help="measure how far the chapters' numbers move on another float path",
                        description="`drift run LABEL VAR=VALUE ...` executes every chapter (ci) with those environment "

@@ -140,10 +140,14 @@ def first_below(history: dict, key: str, threshold: float) -> int | None:
 
 
 def final_table(sweeps: dict, key: str = "mse"):
-    """One row per run of a ``{knob: {setting: AttackResult}}`` sweep: its final ``key``, and whether it diverged."""
-    from .claims import Table
+    """One row per run of a ``{knob: {setting: AttackResult}}`` sweep: its final ``key``, and whether it diverged.
 
-    rows = [[knob, setting, result.final(key), "diverged" if result.diverged else ""]
+    A value beyond 1e3 prints as "diverged (> 1000)" (:func:`gradcore.claims.bounded`): how far a
+    diverging run has gone depends on the machine's last bits.
+    """
+    from .claims import Table, bounded
+
+    rows = [[knob, setting, bounded(result.final(key)), "diverged" if result.diverged else ""]
             for knob, runs in sweeps.items() for setting, result in runs.items()]
     return Table(f"Final {key} per setting", ["knob", "setting", f"final {key}", ""], rows)
 

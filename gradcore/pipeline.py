@@ -568,6 +568,48 @@ def freshness(root) -> list[str]:
     return problems
 
 
+def sync_tolerances(root) -> list[str]:
+    """Copy each chapter's declared output tolerances into its executed notebook.
+
+    Tolerances configure the check, not the outputs, so a tolerance changed after a drift
+    measurement needs no re-execution: the chapter's front matter (``gradcore: tolerance:``)
+    and its cells' ``tolerance`` options are written into ``notebooks/NAME.ipynb`` as they
+    are, outputs untouched. Returns the notebooks changed. A notebook whose cells no longer
+    match its source is left alone and named in the error raised once the others are done
+    (re-execute it instead).
+    """
+    import nbformat
+
+    root = Path(root)
+    changed, stale = [], []
+    for name, src in chapters(root).items():
+        path = root / "notebooks" / f"{name}.ipynb"
+        if not path.exists():
+            continue
+        source, executed = read_source(src), nbformat.read(path, as_version=4)
+        strip = lambda cell: _cell_key(cell)[:3]  # noqa: E731 - everything but the tolerance
+        if [strip(c) for c in source.cells] != [strip(c) for c in executed.cells]:
+            stale.append(f"{name}: {path.relative_to(root)} does not match {src.relative_to(root)} "
+                         f"beyond tolerances; run `gradcore run {name}`")
+            continue
+        before = nbformat.writes(executed)
+        declared = (source.metadata.get("gradcore") or {}).get("tolerance")
+        executed.metadata.setdefault("gradcore", {}).pop("tolerance", None)
+        if declared is not None:
+            executed.metadata["gradcore"]["tolerance"] = declared
+        for mine, theirs in zip(source.cells, executed.cells):
+            theirs.metadata.pop("tolerance", None)
+            if "tolerance" in mine.metadata:
+                theirs.metadata["tolerance"] = mine.metadata["tolerance"]
+        if nbformat.writes(executed) != before:
+            write_notebook(executed, path)
+            changed.append(str(path.relative_to(root)))
+    if stale:
+        done = f" (updated: {', '.join(changed)})" if changed else ""
+        raise PipelineError("; ".join(stale) + done)
+    return changed
+
+
 # ---------------------------------------------------------------------------------------- the toc
 
 

@@ -35,3 +35,15 @@ def test_scenarios_reject_a_shared_model_and_an_empty_count(digits):
         experiments.scenarios(digits, torch.nn.Linear(64, 10), 1, count=2)
     with pytest.raises(ValueError, match="count"):
         experiments.scenarios(digits, "mlp", 1, count=0)
+
+
+def test_final_table_prints_a_diverged_run_as_diverged():
+    class Run:
+        def __init__(self, value, diverged):
+            self.value, self.diverged = value, diverged
+
+        def final(self, key):
+            return self.value
+
+    table = experiments.final_table({"step": {"small": Run(2e-7, False), "large": Run(2.28e156, True)}}, "mse")
+    assert table.rows == [["step", "small", "2e-07", ""], ["step", "large", "diverged (> 1000)", "diverged"]]

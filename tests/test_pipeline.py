@@ -468,3 +468,22 @@ def test_status_records_from_parallel_runs_are_all_kept(tmp_path):
         worker.join()
     status = json.loads((tmp_path / "notebooks" / "status.json").read_text())
     assert sorted(status) == sorted(f"chapter-{number}" for number in range(8))
+
+
+def test_tolerances_are_synced_without_re_executing(repo):
+    path = write_fake_executed(repo)
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[2].outputs = [nbformat.v4.new_output("stream", name="stdout", text="PSNR 20.0\n")]
+    pipeline.write_notebook(nb, path)
+    source = (repo / "book" / "tiny.md").read_text()
+    declared = source.replace("---\n\n# A tiny", "gradcore:\n  tolerance: {decibels: 2.0}\n---\n\n# A tiny")
+    (repo / "book" / "tiny.md").write_text(declared.replace(":tags: [parameters]\n", ":tags: [parameters]\n:tolerance: {fraction: 0.1}\n"))
+    assert pipeline.freshness(repo)
+    assert pipeline.sync_tolerances(repo) == ["notebooks/tiny.ipynb"]
+    assert pipeline.freshness(repo) == [] and pipeline.sync_tolerances(repo) == []
+    synced = nbformat.read(path, as_version=4)
+    assert synced.metadata["gradcore"]["tolerance"] == {"decibels": 2.0}
+    assert synced.cells[2].outputs[0]["text"] == "PSNR 20.0\n"  # outputs untouched
+    (repo / "book" / "tiny.md").write_text(declared.replace("n = 3", "n = 4"))
+    with pytest.raises(pipeline.PipelineError, match="beyond tolerances"):
+        pipeline.sync_tolerances(repo)

@@ -18,6 +18,7 @@ import pytest
 
 from gradcore import claims, pipeline, reproducibility
 from gradcore.reproducibility import Tolerance, compare_outputs, compare_text, kind_of
+from test_pipeline import HEADER
 
 REPO = Path(__file__).resolve().parents[1]
 TOLERANCE = Tolerance(decibels=1.0, magnitude=0.25, fraction=0.01, other=0.05, roundoff=1e-12)
@@ -162,19 +163,8 @@ def test_drift_is_measured_per_kind(tmp_path):
 
 # --------------------------------------------------------------------------- nbval, with a kernel
 
-CHAPTER = """\
----
-jupytext:
-  text_representation:
-    extension: .md
-    format_name: myst
-    format_version: 0.13
-    jupytext_version: 1.19.6
-kernelspec:
-  display_name: Python 3
-  language: python
-  name: python3
-gradcore:
+# A chapter with test_pipeline's header, declaring a tolerance in its front matter.
+CHAPTER = HEADER.rsplit("---\n", 1)[0] + """gradcore:
   tolerance:
     decibels: 0.5
 ---
