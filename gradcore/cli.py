@@ -242,8 +242,10 @@ def _drift_report(root: Path, labels: list[str]) -> int:
             tolerance = reproducibility.chapter_tolerance(nbformat.read(root / "notebooks" / f"{chapter}.ipynb", 4).metadata)
             for kind, (size, drift) in sorted(kinds.items()):
                 moved = f"{size:.3g} dB" if kind == "decibels" else f"{size:.3g}" if kind == "fraction" else f"{100 * size:.3g}%"
+                outside = not tolerance.allows(kind, drift.stored, drift.new)
+                failed += outside
                 print(f"   {chapter:<20} {kind:<10} {moved:>10} {tolerance.describe(kind):>22}  "
-                      f"{drift.where[:70]}: {drift.stored:g} -> {drift.new:g}")
+                      f"{drift.where[:70]}: {drift.stored:g} -> {drift.new:g}{'  OUTSIDE the tolerance' if outside else ''}")
         for chapter, differences in report.differences.items():
             for difference in differences:
                 failed += 1
