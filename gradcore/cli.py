@@ -222,6 +222,8 @@ def _drift_run(root: Path, label: str | None, assignments: list[str]) -> int:
 
 
 def _drift_report(root: Path, labels: list[str]) -> int:
+    import nbformat
+
     from . import reproducibility
 
     base = root / DRIFT_DIR
@@ -237,8 +239,6 @@ def _drift_report(root: Path, labels: list[str]) -> int:
         print(f"\n== {label}: largest move per chapter and kind of number (committed -> {label})")
         print(f"   {'chapter':<20} {'kind':<10} {'moved':>10} {'allowed':>22}  where")
         for chapter, kinds in report.largest().items():
-            import nbformat
-
             tolerance = reproducibility.chapter_tolerance(nbformat.read(root / "notebooks" / f"{chapter}.ipynb", 4).metadata)
             for kind, (size, drift) in sorted(kinds.items()):
                 moved = f"{size:.3g} dB" if kind == "decibels" else f"{size:.3g}" if kind == "fraction" else f"{100 * size:.3g}%"

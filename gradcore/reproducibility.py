@@ -35,6 +35,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 #: The display type under which :class:`gradcore.claims.Table` and ``Claims`` also emit their cells.
@@ -430,8 +431,6 @@ def measure_drift(reference_dir, rerun_dir, label: str = "", sanitize=lambda tex
     Every decimal number is accepted and recorded with how far it moved; text and integers
     that changed are recorded as differences. ``sanitize`` is the check's own (timings).
     """
-    from pathlib import Path
-
     report = DriftReport(label or str(rerun_dir), {}, {})
     for path in sorted(Path(rerun_dir).glob("*.ipynb")):
         reference = Path(reference_dir) / path.name
@@ -455,8 +454,6 @@ def measure_drift(reference_dir, rerun_dir, label: str = "", sanitize=lambda tex
 
 def sanitizer(path) -> "callable":
     """The substitutions of an nbval sanitize file (``regex:``/``replace:`` pairs) as one function."""
-    from pathlib import Path
-
     pairs, pattern = [], None
     for line in Path(path).read_text().splitlines():
         if line.startswith("regex: "):
