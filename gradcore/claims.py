@@ -41,9 +41,15 @@ def bounded(value: float, diverged_above: float = 1e3):
 
 
 def _mimebundle(title: str, header: list, rows: list, exact: list, plain: str, html_text: str,
-                rows_say_kind: bool = False) -> dict:
-    """Text, HTML and the cells as JSON (what ``gradcore check`` compares, see reproducibility)."""
+                rows_say_kind: bool = False, derived: list | None = None) -> dict:
+    """Text, HTML and the cells as JSON (what ``gradcore check`` compares, see reproducibility).
+
+    ``derived`` columns follow from compared ones (a claim's margin from its reproduced value
+    and its bound) and are not compared again.
+    """
     table = {"title": title, "header": list(header), "rows": rows, "exact": exact, "rows_say_kind": rows_say_kind}
+    if derived:
+        table["derived"] = list(derived)
     return {"text/plain": plain, "text/html": html_text, TABLE_MIME: table}
 
 
@@ -56,6 +62,18 @@ class Claim:
     reproduced: object
     test: str
     holds: bool | None  # None: a claim this run could not reproduce, shown and explained, never silently dropped
+    #: How far the measured value is from failing the test, in the claim's own unit (positive while
+    #: it holds); a string where the test is not a distance (a categorical verdict).
+    margin: object = None
+
+
+def _gap(high, low):
+    """``high - low`` as a margin; a non-numeric or non-finite pair has none to show."""
+    try:
+        gap = float(high) - float(low)
+    except (TypeError, ValueError):
+        return "categorical"
+    return gap if math.isfinite(gap) else "unbounded"
 
 
 class Claims:
@@ -72,29 +90,50 @@ class Claims:
         self.title = title
         self.rows: list[Claim] = []
 
-    def add(self, claim: str, paper, reproduced, holds: bool, test: str = "") -> None:
-        """Add a row whose verdict the caller computed."""
-        self.rows.append(Claim(claim, paper, reproduced, test, bool(holds)))
+    def add(self, claim: str, paper, reproduced, holds: bool, test: str = "", margin=None) -> None:
+        """Add a row whose verdict the caller computed.
+
+        ``margin``: how far the measured value is from failing (positive while it holds), in the
+        claim's unit; leave it out only for a categorical verdict (shown as "categorical").
+        """
+        self.rows.append(Claim(claim, paper, reproduced, test, bool(holds), "categorical" if margin is None else margin))
 
     def at_most(self, claim: str, paper, reproduced: float, bound: float) -> None:
         """The reproduced value must not exceed ``bound``."""
-        self.add(claim, paper, reproduced, reproduced <= bound, f"<= {format_value(bound)}")
+        self.add(claim, paper, reproduced, reproduced <= bound, f"<= {format_value(bound)}", _gap(bound, reproduced))
 
     def at_least(self, claim: str, paper, reproduced: float, bound: float) -> None:
         """The reproduced value must reach ``bound``."""
-        self.add(claim, paper, reproduced, reproduced >= bound, f">= {format_value(bound)}")
+        self.add(claim, paper, reproduced, reproduced >= bound, f">= {format_value(bound)}", _gap(reproduced, bound))
 
     def close_to(self, claim: str, paper: float, reproduced: float, tolerance: float) -> None:
         """The reproduced value must lie within ``tolerance`` of the paper's."""
-        self.add(claim, paper, reproduced, abs(reproduced - paper) <= tolerance, f"within {format_value(tolerance)} of paper")
+        self.add(claim, paper, reproduced, abs(reproduced - paper) <= tolerance, f"within {format_value(tolerance)} of paper",
+                 _gap(tolerance, abs(reproduced - paper)))
 
     def less(self, claim: str, paper, smaller: float, larger: float, names: tuple[str, str] = ("a", "b")) -> None:
         """An ordering the paper claims: ``smaller < larger``."""
-        self.add(claim, paper, f"{names[0]} {format_value(smaller)} < {names[1]} {format_value(larger)}", smaller < larger, "ordering")
+        self.add(claim, paper, f"{names[0]} {format_value(smaller)} < {names[1]} {format_value(larger)}", smaller < larger,
+                 "ordering", _gap(larger, smaller))
+
+    def increasing(self, claim: str, paper, values, names=None, strict: bool = True) -> None:
+        """A trend the paper claims: ``values`` rise along the sweep; the margin is the smallest step."""
+        self._trend(claim, paper, [float(v) for v in values], names, strict, " < " if strict else " <= ")
+
+    def decreasing(self, claim: str, paper, values, names=None, strict: bool = True) -> None:
+        """A trend the paper claims: ``values`` fall along the sweep; the margin is the smallest step."""
+        self._trend(claim, paper, [-float(v) for v in values], names, strict, " > " if strict else " >= ", sign=-1)
+
+    def _trend(self, claim, paper, rising, names, strict, joiner, sign=1) -> None:
+        steps = [b - a for a, b in zip(rising, rising[1:])]
+        holds = all(step > 0 if strict else step >= 0 for step in steps)
+        labels = names or [""] * len(rising)
+        shown = joiner.join(f"{label} {format_value(sign * value)}".strip() for label, value in zip(labels, rising))
+        self.add(claim, paper, shown, holds, "increasing" if sign > 0 else "decreasing", min(steps) if steps else "categorical")
 
     def not_reproduced(self, claim: str, paper, reproduced, reason: str) -> None:
         """A claim the chapter's setting does not reproduce: listed with the reason, not asserted."""
-        self.rows.append(Claim(claim, paper, reproduced, f"not reproduced: {reason}", None))
+        self.rows.append(Claim(claim, paper, reproduced, f"not reproduced: {reason}", None, "not asserted"))
 
     @property
     def failures(self) -> list[Claim]:
@@ -110,15 +149,18 @@ class Claims:
 
     def _cells(self) -> list[list[str]]:
         verdict = {True: "yes", False: "NO", None: "n/a"}
-        return [[row.claim, format_value(row.paper), format_value(row.reproduced), row.test, verdict[row.holds]] for row in self.rows]
+        return [[row.claim, format_value(row.paper), format_value(row.reproduced), row.test, verdict[row.holds],
+                 format_value(row.margin)] for row in self.rows]
 
-    _header = ["claim", "paper", "reproduced", "test", "holds"]
+    _header = ["claim", "paper", "reproduced", "test", "holds", "margin"]
     #: Compared exactly across machines: the paper's value and the verdict.
     _exact = [1, 4]
+    #: Not compared: the margin follows from the reproduced value and the test, both compared.
+    _derived = [5]
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
         return _mimebundle(self.title, self._header, self._cells(), self._exact, repr(self), self._repr_html_(),
-                           rows_say_kind=True)
+                           rows_say_kind=True, derived=self._derived)
 
     def __repr__(self) -> str:
         rows = [self._header] + self._cells()

@@ -287,6 +287,7 @@ def compare_table(stored: Mapping, new: Mapping, tolerance: Tolerance, where: st
     ``rows_say_kind`` (a claims table: each row's claim says what its numbers measure).
 
     Columns listed in ``exact`` (a claims table's paper values and verdicts) compare as text;
+    columns listed in ``derived`` (a claim's margin, computed from compared cells) are skipped;
     the other cells take the kind named by their own words, else their column header, else the
     title (a claims table: the claim), else the row label.
     """
@@ -298,9 +299,12 @@ def compare_table(stored: Mapping, new: Mapping, tolerance: Tolerance, where: st
     if len(rows_a) != len(rows_b):
         return differences + [Difference(where, f"{len(rows_a)} rows", f"{len(rows_b)} rows", "text", "same rows")]
     header, exact = list(stored.get("header", [])), set(stored.get("exact", []))
+    derived = set(stored.get("derived", []))
     for r, (row_a, row_b) in enumerate(zip(rows_a, rows_b)):
         label = str(row_a[0]) if row_a else ""
         for c, (cell_a, cell_b) in enumerate(zip(row_a, row_b)):
+            if c in derived:
+                continue
             place = f"{where}, row {r + 1} ({label[:60]}), column {header[c] if c < len(header) else c}"
             if c in exact:
                 if cell_a != cell_b:

@@ -67,10 +67,10 @@ def test_repr_is_an_aligned_text_table():
     table.close_to("accuracy", 89.9, 12345.0, 1.0)
     lines = repr(table).splitlines()
     assert lines[0] == "Deep Leakage from Gradients"
-    assert lines[1].split() == ["claim", "paper", "reproduced", "test", "holds"]
+    assert lines[1].split() == ["claim", "paper", "reproduced", "test", "holds", "margin"]
     assert set(lines[2].replace(" ", "")) == {"-"}
-    assert lines[3].split()[-1] == "yes" and "3e-17" in lines[3] and "<= 1e-12" in lines[3]
-    assert lines[4].split()[-1] == "NO" and "1.23e+04" in lines[4]
+    assert lines[3].split()[-2:] == ["yes", "1e-12"] and "3e-17" in lines[3] and "<= 1e-12" in lines[3]
+    assert lines[4].split()[-2:] == ["NO", "-1.23e+04"] and "1.23e+04" in lines[4]
     assert len(lines) == 5
     # Columns line up: every column starts where the header's does.
     starts = [lines[1].index(word) for word in ("paper", "reproduced", "test", "holds")]
@@ -143,3 +143,46 @@ def test_diverged_magnitudes_print_as_diverged():
     assert claims.bounded(1.9e5) == claims.bounded(4e7) == "diverged (> 1000)"
     assert claims.bounded(float("nan")) == "diverged (> 1000)"
     assert claims.bounded(float("inf"), 10) == "diverged (> 10)"
+
+
+@pytest.mark.parametrize("method, arguments, margin", [
+    ("at_most", dict(reproduced=0.25, bound=1.0), 0.75),
+    ("at_least", dict(reproduced=0.25, bound=1.0), -0.75),
+    ("close_to", dict(reproduced=10.5, tolerance=2.0), 1.5),
+])
+def test_margin_is_the_distance_to_failing(method, arguments, margin):
+    table = Claims("t")
+    getattr(table, method)("c", 10.0 if method == "close_to" else "p", **arguments)
+    assert table.rows[0].margin == pytest.approx(margin)
+    assert (table.rows[0].margin > 0) == table.rows[0].holds
+
+
+def test_ordering_and_trend_margins():
+    table = Claims("t")
+    table.less("c", "p", 1.0, 4.0)
+    table.increasing("rises", "p", [1.0, 3.0, 3.5], names=["a", "b", "c"])
+    table.decreasing("falls", "p", [5.0, 2.0, 2.0])
+    assert [row.margin for row in table.rows] == [3.0, 0.5, 0.0]
+    assert [row.holds for row in table.rows] == [True, True, False]
+    assert table.rows[1].reproduced == "a 1.0 < b 3.0 < c 3.5"
+    assert table.rows[2].reproduced == "5.0 > 2.0 > 2.0"
+
+
+def test_margin_column_is_shown_and_not_compared():
+    from gradcore.reproducibility import TABLE_MIME, Tolerance, compare_table
+    table = Claims("t")
+    table.at_least("PSNR above the gray guess (dB)", "p", 20.0, 15.0)
+    table.add("labels right", "all", "all", True)
+    table.not_reproduced("x", "p", "n/a", "no data")
+    cells = [row[-1] for row in table._cells()]
+    assert cells == ["5.0", "categorical", "not asserted"]
+    stored = table._repr_mimebundle_()[TABLE_MIME]
+    moved = Claims("t")
+    moved.at_least("PSNR above the gray guess (dB)", "p", 20.0, 15.0)
+    moved.add("labels right", "all", "all", True)
+    moved.not_reproduced("x", "p", "n/a", "no data")
+    new = moved._repr_mimebundle_()[TABLE_MIME]
+    new["rows"][0][5] = "9.0"
+    assert compare_table(stored, new, Tolerance()) == []
+    new["rows"][0][2] = "29.0"
+    assert compare_table(stored, new, Tolerance())
