@@ -198,3 +198,38 @@ class Table:
         head = "".join(f"<th>{html.escape(str(h))}</th>" for h in self.header)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in self.rows)
         return f"<table><caption>{html.escape(self.title)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def claims_in_notebook(path) -> list[dict]:
+    """The claims tables an executed notebook shows, as their JSON (title, header, rows).
+
+    Used to summarise a rerun (another seed, another machine): which rows held, and how close
+    each came to failing.
+    """
+    import json
+
+    from .reproducibility import TABLE_MIME
+
+    notebook = json.loads(open(path, encoding="utf-8").read())
+    found = []
+    for cell in notebook.get("cells", []):
+        for output in cell.get("outputs", []):
+            table = output.get("data", {}).get(TABLE_MIME)
+            if table and "holds" in table.get("header", []):
+                found.append(table)
+    return found
+
+
+def tightest_rows(table: dict, count: int = 3) -> list[tuple[str, str, str]]:
+    """The ``count`` asserted rows with the smallest numeric margin: (claim, verdict, margin)."""
+    header = table["header"]
+    holds, margin = header.index("holds"), header.index("margin") if "margin" in header else None
+    numeric = []
+    for row in table["rows"]:
+        try:
+            value = float(row[margin]) if margin is not None else math.inf
+        except ValueError:
+            continue
+        numeric.append((value, row))
+    numeric.sort(key=lambda pair: pair[0])
+    return [(row[0], row[holds], row[margin]) for _, row in numeric[:count]]

@@ -7,6 +7,7 @@
     gradcore tolerances                             copy declared output tolerances into the notebooks
     gradcore drift run LABEL [VAR=VALUE ...]        execute every chapter on another float path
     gradcore drift report [LABEL ...]               how far those runs moved from notebooks/
+    gradcore seeds SEED [SEED ...] [--chapter NAME]  rerun chapters with other seeds: do the claims hold?
 """
 
 from __future__ import annotations
@@ -221,6 +222,40 @@ def _drift_run(root: Path, label: str | None, assignments: list[str]) -> int:
     return 0
 
 
+SEEDS_DIR = Path("notebooks") / "seeds"
+
+
+def cmd_seeds(root: Path, args) -> int:
+    """Execute chapters (ci) with other seeds into notebooks/seeds/seed-N/ and summarise their claims.
+
+    A chapter asserts its claims, so a run that fails is a claim that does not hold at that seed;
+    a run that passes shows how close its rows came to failing (their margins).
+    """
+    from . import claims
+
+    names = args.chapter or list(pipeline.chapters(root))
+    failed = []
+    for seed in args.seeds:
+        out = root / SEEDS_DIR / f"seed-{seed}"
+        for chapter in names:
+            try:
+                _timed(f"run {chapter} [seed {seed}]", pipeline.execute, root, chapter, "ci", {"seed": seed},
+                       output=out / f"{chapter}.ipynb")
+            except pipeline.PipelineError as exc:
+                failed.append((chapter, seed))
+                print(f"   {chapter} seed {seed}: FAILED: {str(exc)[-600:]}")
+                continue
+            for table in claims.claims_in_notebook(out / f"{chapter}.ipynb"):
+                verdicts = [row[table["header"].index("holds")] for row in table["rows"]]
+                print(f"   {chapter} seed {seed}: {verdicts.count('yes')} of {len(verdicts)} rows hold, "
+                      f"{verdicts.count('n/a')} not reproduced; tightest margins:")
+                for claim, verdict, margin in claims.tightest_rows(table):
+                    print(f"      {margin:>12}  {verdict:<4} {claim[:90]}")
+    print("\nevery claim held at every seed" if not failed else
+          "\nclaims failed: " + ", ".join(f"{chapter} (seed {seed})" for chapter, seed in failed))
+    return 1 if failed else 0
+
+
 def _drift_report(root: Path, labels: list[str]) -> int:
     import nbformat
 
@@ -294,6 +329,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("items", nargs="*", metavar="VAR=VALUE")
     p.add_argument("--log", help="with report: summarise a GRADCORE_DRIFT_LOG file instead of notebooks/drift/")
     p.set_defaults(fn=cmd_drift)
+
+    p = sub.add_parser("seeds", help="rerun chapters with other seeds and report whether their claims hold",
+                       description="Executes each chapter (ci) with `seed` set to each SEED into "
+                                   "notebooks/seeds/seed-SEED/ (never over the committed notebooks) and prints, per "
+                                   "chapter, how many claims held and the rows closest to failing.")
+    p.add_argument("seeds", nargs="+", type=int, metavar="SEED")
+    p.add_argument("--chapter", action="append", help="only this chapter (repeatable); default: all")
+    p.set_defaults(fn=cmd_seeds)
     return ap
 
 

@@ -186,3 +186,22 @@ def test_margin_column_is_shown_and_not_compared():
     assert compare_table(stored, new, Tolerance()) == []
     new["rows"][0][2] = "29.0"
     assert compare_table(stored, new, Tolerance())
+
+
+def test_claims_are_read_back_from_an_executed_notebook(tmp_path):
+    import json
+
+    from gradcore.claims import claims_in_notebook, tightest_rows
+    from gradcore.reproducibility import TABLE_MIME
+    table = Claims("chapter")
+    table.at_least("PSNR over gray (dB)", "p", 20.0, 15.0)
+    table.at_most("error", "exact", 1e-9, 1e-8)
+    table.add("labels", "all", "all", True)
+    other = {"title": "not claims", "header": ["a"], "rows": [["1"]], "exact": []}
+    notebook = {"cells": [{"outputs": [{"data": {TABLE_MIME: table._repr_mimebundle_()[TABLE_MIME]}},
+                                       {"data": {TABLE_MIME: other}}, {"text": "x"}]}]}
+    path = tmp_path / "chapter.ipynb"
+    path.write_text(json.dumps(notebook))
+    found = claims_in_notebook(path)
+    assert [t["title"] for t in found] == ["chapter"]
+    assert tightest_rows(found[0], 2) == [("error", "yes", "9e-09"), ("PSNR over gray (dB)", "yes", "5.0")]
