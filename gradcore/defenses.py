@@ -11,6 +11,8 @@ Registered here:
 
 * ``none``, ``noise``, ``clip``, ``dp``: sharing as is, Gaussian noise, norm clipping
   and their DP-SGD composition (Abadi et al., 2016);
+* ``withhold``: share zeros, i.e. skip the round (a control for defenses deployed only in
+  some rounds: what is lost by not contributing at all);
 * ``sparsify``: top-k sparsification, per layer (the "Sparsi" baseline of CENSOR, [15]);
 * ``soteria``: prune the most input-revealing features of the representation feeding
   the last fully-connected layer (Sun et al., CVPR 2021);
@@ -109,6 +111,17 @@ def _require(name: str, **context) -> None:
 def no_defense(gradient: Gradient, generator: torch.Generator) -> Gradient:
     """Share the gradient as it is."""
     return gradient
+
+
+@DEFENSES.register("withhold")
+def withhold(gradient: Gradient, generator: torch.Generator) -> Gradient:
+    """Share zeros: the client contributes nothing this round (a control, not a defense one would deploy).
+
+    The control for CENSOR's deployment in the first rounds (Zhang et al., NDSS 2025,
+    Sec. III): a client that withholds its update in those rounds leaks nothing either, so
+    what CENSOR adds is whatever its update is worth beyond not training at all.
+    """
+    return tuple(torch.zeros_like(g) for g in gradient)
 
 
 @DEFENSES.register("noise")
@@ -500,3 +513,30 @@ def overhead(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, name:
         defend(gradient, name, seed=seed + repeat, context=context, **options)
         defense_times.append(time.perf_counter() - start)
     return statistics.median(defense_times) / max(statistics.median(gradient_times), 1e-9)
+
+
+def overheads(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, specs: dict, loss: str = "cross_entropy",
+              repeats: int = 7, seed: int = 0) -> dict:
+    """:func:`overhead` of several defenses, interleaved: ``{label: median defense time / median gradient time}``.
+
+    ``specs`` maps a label to ``{"defense": name, **options}``. Each repeat times one
+    gradient and then every defense in turn, so a slower moment of a shared machine hits
+    all of them alike; the ratios between defenses (CENSOR vs Soteria, Zhang et al.,
+    NDSS 2025, App. B) are then steadier than their absolute times.
+    """
+    if repeats < 1:
+        raise check.GradcoreValueError(f"repeats must be at least 1, got {repeats}")
+    context = {"model": model, "inputs": inputs, "labels": labels, "loss": loss}
+    gradient_times, defense_times = [], {label: [] for label in specs}
+    for repeat in range(repeats):
+        start = time.perf_counter()
+        gradient = tuple(g.detach() for g in batch_gradient(model, inputs, labels, loss))
+        gradient_times.append(time.perf_counter() - start)
+        for label, spec in specs.items():
+            options = {k: v for k, v in spec.items() if k != "defense"}
+            start = time.perf_counter()
+            defend(gradient, spec["defense"], seed=seed + repeat, context=context, **options)
+            defense_times[label].append(time.perf_counter() - start)
+    base = max(statistics.median(gradient_times), 1e-9)
+    return {label: statistics.median(times) / base for label, times in defense_times.items()}
+

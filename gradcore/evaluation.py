@@ -13,7 +13,8 @@ Two attacks live here because they exist only for evaluating defenses:
 * ``censor_eot``: the adaptive attacker of CENSOR (Zhang et al., NDSS 2025, Sec. V-D,
   Table III): expectation over transformation. It imitates CENSOR's sampling, projects
   and rescales its dummy's gradient the way the client would, averages over several
-  draws, and matches that average to the shared gradient by cosine + TV.
+  draws, and matches that average to the shared gradient by cosine + TV; for controls it
+  imitates Gaussian noise or nothing instead.
 """
 
 from __future__ import annotations
@@ -84,21 +85,52 @@ def imitate_censor(gradient: Sequence[torch.Tensor], generator: torch.Generator,
     return [t / samples for t in total]
 
 
-def censor_eot(observation: Observation, iterations: int = 300, lr: float = 0.1, tv_weight: float = 1e-4, samples: int = 4,
-               projection: str = "exact", init: str = "rand", record_every: int = 10) -> AttackResult:
-    """Cosine + TV matching of the shared gradient against CENSOR's expected transformation.
+def imitate_noise(gradient: Sequence[torch.Tensor], generator: torch.Generator, samples: int, sigma: float) -> list[torch.Tensor]:
+    """The average of ``samples`` draws of ``gradient + N(0, sigma^2)``: EOT over Gaussian noise.
 
-    Each step draws ``samples`` fresh CENSOR transformations of the dummy's gradient,
-    averages them (expectation over transformation, Athalye et al., 2018) and takes a
-    signed Adam step on the cosine distance to the shared gradient plus ``tv_weight``
-    times the total variation: the Inverting Gradients attack with that average as its
-    gradient transform.
+    Its expectation is the gradient itself, so averaging recovers the signal: the control
+    transformation for :func:`censor_eot`, whose CENSOR imitation has expectation zero.
     """
+    total = [torch.zeros_like(g) for g in gradient]
+    for _ in range(samples):
+        total = [t + g + sigma * torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device)
+                 for t, g in zip(total, gradient)]
+    return [t / samples for t in total]
+
+
+#: What the EOT attacker may imitate: the defense it believes the client deployed.
+IMITATIONS = ("censor", "noise", "none")
+
+
+def censor_eot(observation: Observation, iterations: int = 300, lr: float = 0.1, tv_weight: float = 1e-4, samples: int = 4,
+               projection: str = "exact", init: str = "rand", record_every: int = 10, imitate: str = "censor",
+               sigma: float = 0.01) -> AttackResult:
+    """Cosine + TV matching of the shared gradient against a defense's expected transformation.
+
+    Each step draws ``samples`` fresh transformations of the dummy's gradient, averages
+    them (expectation over transformation, Athalye et al., 2018) and takes a signed Adam
+    step on the cosine distance to the shared gradient plus ``tv_weight`` times the total
+    variation: the Inverting Gradients attack with that average as its gradient transform.
+    CENSOR's adaptive attacker (Zhang et al., NDSS 2025, Sec. V-D, Table III) imitates
+    CENSOR (``imitate="censor"``); the same attacker facing no defense imitates nothing
+    (``"none"``, plain cosine + TV), and facing Gaussian noise imitates it (``"noise"``
+    with ``sigma``): the controls that show the machinery recovers images where the
+    imitated transformation keeps the gradient in expectation.
+    """
+    if imitate not in IMITATIONS:
+        raise ValueError(f"the EOT attacker imitates one of {', '.join(IMITATIONS)}, got {imitate!r}")
+    if samples < 1:
+        raise ValueError(f"EOT needs at least one sample, got {samples}")
+
     def expected_censor(gradient, generator):
         return imitate_censor(gradient, generator, samples, projection)
 
+    def expected_noise(gradient, generator):
+        return imitate_noise(gradient, generator, samples, sigma)
+
+    transform = {"censor": expected_censor, "noise": expected_noise, "none": None}[imitate]
     return inverting_gradients(observation, iterations=iterations, lr=lr, tv_weight=tv_weight, init=init,
-                               transform=expected_censor, record_every=record_every)
+                               transform=transform, record_every=record_every)
 
 
 ATTACKS.add("walk_back", walk_back_attack)
@@ -235,7 +267,9 @@ def matrix(attacks: Mapping[str, Mapping], defenses: Mapping[str, Mapping], scen
     ----------
     attacks : mapping
         ``{label: {"attack": registry name, "scenarios": [labels], "defenses": [labels],
-        "labels": "known" or "hidden", **config}}``; the three keys are optional. Without
+        "labels": "known" or "hidden", "per_defense": {defense label: {**config}}, **config}}``;
+        all but ``"attack"`` are optional. ``"per_defense"`` overrides the config against
+        some defenses (an adaptive attacker imitating the defense it faces). Without
         ``"scenarios"`` an attack runs wherever it applies (one that raises ``ValueError``
         is recorded in ``skipped`` as not applicable); ``"defenses"`` limits it to some
         defenses (an adaptive attack against its target); ``"labels": "hidden"`` withholds
@@ -269,12 +303,13 @@ def matrix(attacks: Mapping[str, Mapping], defenses: Mapping[str, Mapping], scen
         for attack_label, spec in attacks.items():
             if "scenarios" in spec and scenario_label not in spec["scenarios"]:
                 continue
-            config = {k: v for k, v in spec.items() if k not in ("attack", "scenarios", "defenses", "labels")}
+            common = {k: v for k, v in spec.items() if k not in ("attack", "scenarios", "defenses", "labels", "per_defense")}
             hidden = spec.get("labels", "known") == "hidden"
             for defense_label, defense_spec in defenses.items():
                 if "defenses" in spec and defense_label not in spec["defenses"]:
                     continue
                 bar.update(1)
+                config = {**common, **spec.get("per_defense", {}).get(defense_label, {})}
                 options = {k: v for k, v in defense_spec.items() if k != "defense"}
                 per_image, kept, seconds, errors = {m: [] for m in measured}, [], 0.0, []
                 for index, case in enumerate(cases):

@@ -137,8 +137,11 @@ def compare(dataset: datasets.Dataset, model: str, defenses: dict, rounds: int, 
             model_options: dict | None = None, progress: bool = True, **options) -> dict:
     """One :func:`train` per defense from the same initial model and client sampling.
 
-    ``defenses`` maps a label to ``{"defense": name or None, **options}``; ``options``
-    go to :func:`train` (clients, per_round, alpha, batch_size, lr, defended_rounds, ...).
+    ``defenses`` maps a label to ``{"defense": name or None, "defended_rounds": n, **options}``;
+    ``options`` go to :func:`train` (clients, per_round, alpha, batch_size, lr, defended_rounds, ...).
+    A spec's own ``"defended_rounds"`` limits that defense alone to the first ``n`` rounds
+    (``None``: every round), overriding ``options``; so CENSOR can be limited to its first
+    rounds (Zhang et al., Sec. III) while the baselines run in every round.
     Returns ``{label: FederatedLog}``.
     """
     from . import models
@@ -147,7 +150,8 @@ def compare(dataset: datasets.Dataset, model: str, defenses: dict, rounds: int, 
     logs = {}
     for label, spec in defenses.items():
         network = models.build(model, dataset.shape, dataset.num_classes, seed=seed, **(model_options or {}))
-        defense_options = {k: v for k, v in spec.items() if k != "defense"}
+        defense_options = {k: v for k, v in spec.items() if k not in ("defense", "defended_rounds")}
+        limit = {"defended_rounds": spec["defended_rounds"]} if "defended_rounds" in spec else {}
         logs[label] = train(network, train_set, test_set, rounds, defense=spec.get("defense"), defense_options=defense_options,
-                            seed=seed, progress=progress, **options)
+                            seed=seed, progress=progress, **{**options, **limit})
     return logs

@@ -191,14 +191,22 @@ CENSOR = PAPERS.add("censor", Paper(
                "cosine_iterations": 300, "eot_samples": 2, "eot_iterations": 300, "sweep_iterations": 300,
                "federated": {"dataset": "digits", "model": "mlp", "widths": (64,), "clients": 20, "per_round": 5,
                              "rounds": 150, "batch_size": 32, "lr": 0.5, "defended_rounds": 20, "evaluate_every": 10},
-               "federated_defenses": ("none", "noise 0.1", "clip 4", "top-k 20%", "soteria 10%", "censor T=20")},
+               "federated_defenses": ("none", "noise 0.1", "clip 4", "top-k 20%", "soteria 10%", "censor T=20"),
+               # Table VI: 10, 30 and 50 of 100 clients per round; here the same shares of 20 clients.
+               "clients_per_round": (2, 6, 10),
+               # App. B overhead, timed on the attack model at two input sizes: Soteria's cost grows with the
+               # width of the representation feeding the last layer (192 features at 16x16, 768 at 32x32;
+               # ResNet-18's is 512), CENSOR's with T.
+               "overhead_sizes": (16, 32), "overhead_repeats": 5},
         "paper": {"threads": None, "image_size": 32, "attack_model": "resnet", "attack_images": 10, "lbfgs_steps": 300,
                   "cosine_iterations": 4800, "eot_samples": 8, "eot_iterations": 4800, "sweep_iterations": 4800,
                   # Sec. V-C: CIFAR-10, ResNet-18, 100 clients, 10 per round, 2000 rounds. The number of
                   # defended rounds ("the first epochs", Sec. III) is not given; 100 is gradcore's choice.
                   "federated": {"dataset": "cifar10", "model": "resnet", "widths": None, "clients": 100, "per_round": 10,
                                 "rounds": 2000, "batch_size": 32, "lr": 0.1, "defended_rounds": 100, "evaluate_every": 50},
-                  "federated_defenses": ("none", "noise 0.1", "clip 4", "top-k 20%", "soteria 10%", "censor T=20")},
+                  "federated_defenses": ("none", "noise 0.1", "clip 4", "top-k 20%", "soteria 10%", "censor T=20"),
+                  "clients_per_round": (10, 30, 50),  # Table VI
+                  "overhead_sizes": (32,), "overhead_repeats": 5},
     },
     reported={
         # Table I (B = 1, round 0), (MSE, LPIPS) of Soteria vs CENSOR, by (dataset, attack). The paper's

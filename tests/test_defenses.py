@@ -418,3 +418,20 @@ def test_noise_beyond_the_dtype_range_is_refused_not_returned_as_inf():
     gradient = tuple(g.float() for g in gradient_of_norm(1.0))
     with pytest.raises(ValueError, match="produced non-finite values"):
         defenses.defend(gradient, "noise", sigma=1e39)
+
+
+def test_withhold_shares_zeros():
+    gradient = (torch.randn(3, 2), torch.randn(2))
+    shared = defenses.defend(gradient, "withhold")
+    assert all(s.shape == g.shape and not s.any() for s, g in zip(shared, gradient))
+
+
+def test_overheads_interleaved_gives_one_positive_ratio_per_defense():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
+    inputs, labels = torch.rand(2, 12), torch.tensor([0, 2])
+    specs = {"clip": {"defense": "clip", "bound": 1.0}, "censor": {"defense": "censor", "trials": 2}}
+    ratios = defenses.overheads(model, inputs, labels, specs, repeats=2)
+    assert set(ratios) == set(specs) and all(r > 0 for r in ratios.values())
+    with pytest.raises(ValueError, match="repeats"):
+        defenses.overheads(model, inputs, labels, specs, repeats=0)

@@ -148,3 +148,36 @@ def test_architecture_utility_matches_federated_compare(digits):
     assert log.rounds == reference["none"].rounds and log.accuracy == reference["none"].accuracy
     other = evaluation.architecture_utility(digits, lambda: models.build("mlp", digits.shape, 10, seed=1, widths=(8,)), 4, seed=0, **options)
     assert other.accuracy != reference["none"].accuracy
+
+
+def test_imitated_noise_averages_towards_the_gradient():
+    """EOT over Gaussian noise: the average of n draws is the gradient plus noise of std sigma / sqrt(n)."""
+    g = [torch.randn(200, 50, dtype=torch.float64)]
+    for samples in (1, 16):
+        average = evaluation.imitate_noise(g, torch.Generator().manual_seed(0), samples=samples, sigma=0.5)
+        spread = float((average[0] - g[0]).std())
+        assert spread == pytest.approx(0.5 / samples ** 0.5, rel=0.05)
+
+
+def test_imitated_censor_average_shrinks_with_samples():
+    """CENSOR's expected transformation is zero: the average of n candidates shrinks like 1 / sqrt(n)."""
+    g = [torch.randn(300, 40, dtype=torch.float64)]
+    norms = [float(evaluation.imitate_censor(g, torch.Generator().manual_seed(1), samples=n)[0].norm() / g[0].norm()) for n in (1, 16)]
+    assert norms[0] == pytest.approx(1.0, rel=1e-9)  # one candidate keeps the layer's norm
+    assert norms[1] == pytest.approx(0.25, rel=0.1)
+
+
+def test_eot_imitating_nothing_is_the_cosine_attack_and_per_defense_config(digits):
+    photos = data.load("photos", size=16, per_photo=2)
+    case = experiments.scenario(photos, "lenet", 1, seed=0)
+    common = dict(shape=case.shape, labels=case.labels, progress=False, iterations=4)
+    plain = attacks.attack("inverting_gradients", case.model, case.gradient(), **common)
+    eot = attacks.attack("censor_eot", case.model, case.gradient(), imitate="none", **common)
+    assert torch.equal(plain.reconstruction, eot.reconstruction)
+    with pytest.raises(ValueError, match="imitates one of"):
+        attacks.attack("censor_eot", case.model, case.gradient(), imitate="clip", **common)
+    spec = {"eot": {"attack": "censor_eot", "iterations": 2, "samples": 1, "per_defense": {"none": {"imitate": "none"}}}}
+    result = evaluation.matrix(spec, {"none": {"defense": None}}, {"c": [case]}, metrics=("mse",), progress=False)
+    reference = evaluation.matrix({"ig": {"attack": "inverting_gradients", "iterations": 2}}, {"none": {"defense": None}},
+                                  {"c": [case]}, metrics=("mse",), progress=False)
+    assert result.value("c", "eot", "none", "mse") == reference.value("c", "ig", "none", "mse")

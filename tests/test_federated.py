@@ -88,3 +88,27 @@ def test_clients_per_round_is_checked(digits):
         federated.train(model, train_set, test_set, rounds=1, clients=3, per_round=4, progress=False)
     with pytest.raises(ValueError, match="test fraction"):
         federated.split_dataset(digits, 1.0)
+
+
+def test_defended_rounds_per_defense_and_withholding(digits):
+    """A spec's own defended_rounds limits that defense alone; withholding in every round never moves the model."""
+    options = dict(clients=4, per_round=2, alpha=1.0, batch_size=16, lr=0.5, evaluate_every=10, progress=False, seed=1)
+    specs = {"none": {"defense": None},
+             "clip, global limit": {"defense": "clip", "bound": 1e-12},
+             "clip, first 10": {"defense": "clip", "bound": 1e-12, "defended_rounds": 10},
+             "withhold, first 10": {"defense": "withhold", "defended_rounds": 10}}
+    logs = federated.compare(digits, "mlp", specs, rounds=40, model_options={"widths": (16,)}, defended_rounds=2, **options)
+    # Limited to 10 rounds, withholding (and clipping to ~0) freezes the model for 10 rounds, then it learns.
+    for label in ("withhold, first 10", "clip, first 10"):
+        limited = logs[label]
+        assert limited.accuracy[:2] == [limited.accuracy[0]] * 2  # rounds 0 and 10
+        assert limited.final() > limited.accuracy[0] + 0.2
+    # The global limit still applies to specs without their own: clipping in rounds 1-2 only, then learning.
+    assert logs["clip, global limit"].final() > logs["clip, global limit"].accuracy[0] + 0.2
+
+
+def test_defended_rounds_none_in_a_spec_means_every_round(digits):
+    options = dict(clients=4, per_round=2, alpha=1.0, batch_size=16, lr=0.5, evaluate_every=10, progress=False, seed=1)
+    logs = federated.compare(digits, "mlp", {"frozen": {"defense": "withhold", "defended_rounds": None}}, rounds=20,
+                             model_options={"widths": (16,)}, defended_rounds=2, **options)
+    assert logs["frozen"].accuracy == [logs["frozen"].accuracy[0]] * 3
