@@ -628,8 +628,7 @@ def share_survey(widths: Sequence[int], inputs: np.ndarray, labels: np.ndarray, 
     ``|dL/db|`` of the output layer. A single network's shares vary widely (the ratio by orders
     of magnitude), so a claim about a regime is a claim about these medians.
     """
-    check_positive = [value for value in (scale, trials) if value <= 0]
-    if check_positive:
+    if scale <= 0 or trials <= 0:
         raise GradcoreValueError(f"scale and trials must be positive, got scale={scale}, trials={trials}")
     output_layer = len(widths) - 2
     largest, spread, confident = [], [], []
