@@ -100,6 +100,53 @@ class Dataset:
         index = torch.as_tensor(order[:size])
         return self.images[index].clone(), self.labels[index].clone()
 
+    def split(self, held_out_per_class: int, seed: int = 0) -> tuple["Dataset", "Dataset"]:
+        """Disjoint training and held-out sets, ``held_out_per_class`` samples of every class held out.
+
+        The held-out set plays the role of a validation split (Geiping et al., 2020, attack
+        CIFAR-10 validation images, never the ones the network was trained on). The draw is
+        seeded; both sets keep the original order of their samples.
+
+        Raises
+        ------
+        GradcoreValueError
+            A class with no more than ``held_out_per_class`` samples (nothing would be left to train on).
+        """
+        check.integer("held-out samples per class", held_out_per_class, low=1)
+        check.integer("seed", seed)
+        generator = np.random.default_rng(seed)
+        labels = self.labels.numpy()
+        held = np.zeros(len(self), dtype=bool)
+        for label in np.unique(labels):
+            members = np.flatnonzero(labels == label)
+            if len(members) <= held_out_per_class:
+                raise check.GradcoreValueError(f"class {self.classes[label]!r} of {self.name} has {len(members)} samples; "
+                                               f"holding out {held_out_per_class} would leave none to train on")
+            held[generator.choice(members, held_out_per_class, replace=False)] = True
+        return self.subset(np.flatnonzero(~held), "training"), self.subset(np.flatnonzero(held), "held out")
+
+    def subset(self, indices, tag: str = "subset") -> "Dataset":
+        """The samples at ``indices``, in that order, as a new dataset named ``"<name> (<tag>)"``."""
+        index = torch.as_tensor(np.asarray(indices, dtype=np.int64))
+        if index.dim() != 1 or len(index) == 0 or int(index.min()) < 0 or int(index.max()) >= len(self):
+            raise check.GradcoreValueError(f"subset indices must be a non-empty list of positions in 0..{len(self) - 1}")
+        return Dataset(self.images[index].clone(), self.labels[index].clone(), self.classes, f"{self.name} ({tag})", dict(self.info))
+
+    def least_like(self, reference: "Dataset", count: int) -> tuple["Dataset", torch.Tensor]:
+        """The ``count`` samples least like any sample of ``reference``, and each one's PSNR to its nearest there.
+
+        Crops of the same photograph can overlap, so a held-out crop may nearly repeat a training
+        crop; the samples returned here are the held-out ones whose nearest training image is
+        furthest away (lowest PSNR, pixels in [0, 1]), most unlike anything the network saw.
+        """
+        check.integer("count", count, low=1, high=len(self))
+        if reference.shape != self.shape:
+            raise check.GradcoreValueError(f"reference images shaped {reference.shape}, these {self.shape}")
+        squared = torch.cdist(self.images.flatten(1).double(), reference.images.flatten(1).double()) ** 2
+        nearest = -10 * torch.log10(squared.min(dim=1).values / self.images[0].numel())
+        order = torch.argsort(nearest)[:count]
+        return self.subset(order.numpy(), f"least like {reference.name}"), nearest[order]
+
     def __repr__(self) -> str:
         return f"Dataset({self.name!r}: {len(self)} images of shape {self.shape}, {self.num_classes} classes)"
 

@@ -80,6 +80,13 @@ IG = PAPERS.add("inverting_gradients", Paper(
         "survey_widths": (64, 32, 32, 10),
         "survey_trials": 2000,
         "mixture_batch": 8,
+        # The source page's batch-share demonstration (its "why a batch average is not equal protection"
+        # block): 8 samples, one per class of 8, the attacker dividing the largest |dL/db| of the output
+        # layer. Here 8 digits 0-7 through an MLP with 8 outputs; each regime is the median over random
+        # networks, because one network's shares vary widely (the source's numbers are one draw each).
+        "mixture_widths": (64, 48, 32, 8),
+        "share_scales": {"near-uniform model": 0.05, "confident model": 3.0},
+        "share_trials": 200,
         "invariance_scales": (1.0, 1e-2, 1e-4, 1e-6),
         "mlp_widths": (128, 64),
         # Sec. 4: the attack. Adam on signed gradients, step decay at 3/8, 5/8, 7/8, boxed pixels.
@@ -89,13 +96,20 @@ IG = PAPERS.add("inverting_gradients", Paper(
         "image_size": 32,
         # A small trained ReLU network in place of the paper's trained ResNet-20 (no pretrained weights offline).
         "convnet_width": 16,
-        "train_epochs": 15,
+        # Trained on all but 4 crops per photograph; the attacked images are held-out crops (the paper attacks
+        # CIFAR-10 validation images). 20 epochs of the 96-image split are the 60 Adam steps that 15 epochs of all
+        # 128 crops took before; training accuracy 1.00 at seeds 0, 1, 2 (held-out 1.00, 0.94, 0.97).
+        "held_out_per_class": 4,
+        "train_epochs": 20,
         "train_lr": 1e-3,
         # Sec. 5 attacks an untrained network (the paper's figures use untrained networks unless stated); the
         # local-steps section uses the Table 2 network. An update counts as divergent when it multiplies the loss
         # on all the photos by at least this factor (the paper: the failing rate "would lead to a divergent
-        # training update").
-        "divergence_factor": 10.0,
+        # training update"): the model after it is at least twice as wrong as the untrained one, whose loss is
+        # already that of a uniform guess (log 8). Re-tested at seeds 0, 1, 2 (issue 12): the lr 1 update
+        # multiplies that loss by 563, 3.8, 4.3; every rate up to 1e-1 (5 steps) by at most 1.71. The factor of 10
+        # used before called the lr 1 updates of seeds 1 and 2 (loss on all photos 2.1 -> 8) converging.
+        "divergence_factor": 2.0,
         # Which of the paper's Sec. 5 settings each local-training row corresponds to.
         "paper_equivalent": {"1 step, lr 1e-4": "1 step, lr 1e-4", "3 steps, lr 1e-4": "100 steps, lr 1e-4",
                              "100 steps, lr 1e-4": "100 steps, lr 1e-4", "3 steps, lr 1e-2": "5 steps, lr 1e-2",
@@ -125,12 +139,13 @@ IG = PAPERS.add("inverting_gradients", Paper(
                "architecture_images": 2, "architecture_iterations": 200, "widths": (8, 32), "depths": (18, 34),
                "depth_width": 8, "padding_width": 16, "padding_iterations": 400,
                "large_batch": 8, "large_batch_width": 16, "large_batch_iterations": 300, "recognisable": 3,
+               # The paper's 5 steps at 1e-2 and 1e-1; 3 steps stand for its 100 at 1e-4 (the run is shared with
+               # Table 2's 3-epoch row). The ci network's update still converges at 1e-1; at 1 it diverges (3 steps:
+               # a 5-step run costs about 20 s more at the same verdict, growth 563/4.0/4.35 at seeds 0-2).
                "local_settings": {"1 step, lr 1e-4": (1, 1e-4), "3 steps, lr 1e-4": (3, 1e-4),
-                                  "3 steps, lr 1e-2": (3, 1e-2), "3 steps, lr 1e-1": (3, 1e-1),
-                                  # The ci network's update still converges at 1e-1; at 1 it diverges.
-                                  "3 steps, lr 1": (3, 1.0)},
-               "local_roles": {"one step": "1 step, lr 1e-4", "many steps": "3 steps, lr 1e-4", "lr 1e-2": "3 steps, lr 1e-2",
-                               "lr 1e-1": "3 steps, lr 1e-1", "divergent": "3 steps, lr 1"}},
+                                  "5 steps, lr 1e-2": (5, 1e-2), "5 steps, lr 1e-1": (5, 1e-1), "3 steps, lr 1": (3, 1.0)},
+               "local_roles": {"one step": "1 step, lr 1e-4", "many steps": "3 steps, lr 1e-4", "lr 1e-2": "5 steps, lr 1e-2",
+                               "lr 1e-1": "5 steps, lr 1e-1", "divergent": "3 steps, lr 1"}},
         "paper": {"threads": None, "attack_images": 8, "cosine_iterations": 4800, "euclidean_steps": 300, "local_iterations": 4800,
                   "table2_settings": ((1, 4, 2), (1, 8, 2), (1, 8, 8), (5, 1, 1), (5, 8, 8)), "table2_iterations": 4800,
                   "table2_width": 64,
@@ -152,6 +167,10 @@ IG = PAPERS.add("inverting_gradients", Paper(
         # Sec. 5: width and depth of ResNets.
         "width": {16: 19.02, 128: 22.94},
         "depth": {18: 22.04, 34: 21.59, 50: 20.98},
+        # The source page's batch-share block (not the paper's): the most exposed sample's share of the row and
+        # the ratio of the largest to the smallest share, for its "confident" (weights N(0, 0.6)) and its
+        # near-uniform (weights scaled to 0.05) network; one draw each.
+        "batch_shares": {"confident model": (0.227, 5.2), "near-uniform model": (0.509, 7.3)},
     },
 ))
 

@@ -603,6 +603,44 @@ def batch_mixture_weights(network: DenseNetwork, inputs: np.ndarray, labels: np.
     return BatchMixture(layer, int(row), weights, mixture, layer_inputs, sensitivity)
 
 
+@dataclass(frozen=True)
+class ShareSurvey:
+    """How the walk-back's batch mixture is shared out over many random networks of one weight scale.
+
+    Medians over the networks: the share of the most exposed sample, and the ratio of the
+    largest to the smallest share; and the mean top-class probability (the model's confidence).
+    """
+
+    scale: float
+    trials: int
+    largest_share: float
+    share_spread: float
+    confidence: float
+
+
+def share_survey(widths: Sequence[int], inputs: np.ndarray, labels: np.ndarray, scale: float, trials: int,
+                 rng: np.random.Generator) -> ShareSurvey:
+    """Median exposure of a batch at the output layer over ``trials`` random networks of weight ``scale``.
+
+    Each network is :func:`random_network` with biases scaled with the weights (``scale / 4``,
+    as the source's construction scales every parameter together), so a small ``scale`` gives a
+    near-uniform softmax. The attacker divides the row :func:`walk_back` would, the largest
+    ``|dL/db|`` of the output layer. A single network's shares vary widely (the ratio by orders
+    of magnitude), so a claim about a regime is a claim about these medians.
+    """
+    if scale <= 0 or trials <= 0:
+        raise GradcoreValueError(f"scale and trials must be positive, got scale={scale}, trials={trials}")
+    output_layer = len(widths) - 2
+    largest, spread, confident = [], [], []
+    for _ in range(int(trials)):
+        network = random_network(widths, rng, scale=scale, bias_scale=scale / 4)
+        mixture = batch_mixture_weights(network, inputs, labels, output_layer)
+        largest.append(mixture.largest_share)
+        spread.append(mixture.share_spread)
+        confident.append(float(confidence(network, inputs).mean()))
+    return ShareSurvey(float(scale), int(trials), float(np.median(largest)), float(np.median(spread)), float(np.mean(confident)))
+
+
 def output_residuals(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray, row: int) -> np.ndarray:
     """``p_k[row] - [y_k = row]`` under cross-entropy: how wrong the model is about class ``row`` on each sample."""
     inputs, labels = _check_batch(network, inputs, labels, "cross_entropy")
@@ -663,6 +701,9 @@ class Survey:
     trials: int
     blocked: int
     worst_error: float  # max |recovered - true| over the network inputs of the unblocked trials
+    #: Fewest live (non-zero) rows of dL/dz at any walked layer over all trials: 0 means a block, so
+    #: this is how far the survey was from one.
+    fewest_live_rows: int | None = None
 
     @property
     def fraction(self) -> float:
@@ -675,17 +716,19 @@ def survey_random_networks(trials: int, widths: Sequence[int], rng: np.random.Ge
     """Walk back ``trials`` random networks, each on a random input in ``[0, 1)^D`` with a random label."""
     if trials < 1:
         raise GradcoreValueError(f"at least one trial is needed, got {trials}")
-    blocked, worst = 0, 0.0
+    blocked, worst, fewest = 0, 0.0, None
     for _ in range(trials):
         network = random_network(widths, rng, bias=bias, scale=scale)
         sample = rng.random(network.widths[0])
         label = int(rng.integers(network.widths[-1]))
         result = walk_back(network, gradients(network, sample, label))
+        live = min(count for count in result.live_rows if count is not None)
+        fewest = live if fewest is None else min(fewest, live)
         if result.recovered:
             worst = max(worst, float(np.abs(result.reconstruction - sample).max()))
         else:
             blocked += 1
-    return Survey(trials, blocked, worst)
+    return Survey(trials, blocked, worst, fewest)
 
 
 def blocked_fraction(trials: int, widths: Sequence[int], rng: np.random.Generator, bias: bool | Sequence[bool] = True,

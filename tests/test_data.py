@@ -98,6 +98,37 @@ def test_batch_with_distinct_labels(digits, photos):
         digits.batch(11, distinct_labels=True)
 
 
+def test_split_is_disjoint_stratified_and_seeded(photos):
+    training, held_out = photos.split(1, seed=0)
+    assert len(training) + len(held_out) == len(photos) and len(held_out) == photos.num_classes
+    assert torch.bincount(held_out.labels).tolist() == [1] * photos.num_classes
+    # Disjoint, and together every image once: compare the images themselves, not indices.
+    rows = lambda dataset: {tuple(row.tolist()) for row in dataset.images.flatten(1)}
+    assert not rows(training) & rows(held_out) and rows(training) | rows(held_out) == rows(photos)
+    again, other = photos.split(1, seed=0)[1], photos.split(1, seed=1)[1]
+    assert torch.equal(again.images, held_out.images) and not torch.equal(other.images, held_out.images)
+    assert held_out.classes == photos.classes and "held out" in held_out.name
+
+
+def test_least_like_matches_best_matches(photos):
+    from gradcore import metrics
+
+    training, held_out = photos.split(1, seed=0)
+    chosen, nearest = held_out.least_like(training, 3)
+    _, reference = metrics.best_matches(held_out.images, training.images)
+    assert torch.allclose(nearest.float(), torch.sort(reference).values[:3].float(), atol=1e-4)
+    _, again = metrics.best_matches(chosen.images, training.images)
+    assert torch.allclose(nearest.float(), again.float(), atol=1e-4) and len(chosen) == 3
+    assert torch.equal(held_out.subset([2, 0]).images, held_out.images[[2, 0]])
+    with pytest.raises(ValueError, match="subset indices"):
+        held_out.subset([len(held_out)])
+
+
+def test_split_that_leaves_nothing_to_train_on_raises(photos):
+    with pytest.raises(ValueError, match="would leave none to train on"):
+        photos.split(2)
+
+
 @pytest.mark.parametrize("size", [0, -1, 1798])
 def test_bad_batch_size_raises(digits, size):
     with pytest.raises(ValueError, match="batch size must be between 1 and 1797"):

@@ -403,3 +403,26 @@ def test_network_and_data_errors():
         wb.magnitude_invariance(network, np.ones((2, 24)), np.array([1, 2]))
     with pytest.raises(ValueError, match="step must be positive"):
         wb.central_difference_check(network, sample, label, step=0.0)
+
+
+def test_share_survey_reaches_the_near_uniform_limit():
+    # A near-uniform softmax over C classes, a batch of C samples with one per class: the row of
+    # class i gives residual 1/C - 1 to the sample of class i and 1/C to every other, so that sample
+    # holds (1 - 1/C) / (2 (1 - 1/C)) = 1/2 of the row and the ratio of shares is C - 1.
+    rng = np.random.default_rng(0)
+    inputs, labels = rng.random((8, 24)), np.arange(8)
+    near = wb.share_survey(WIDTHS, inputs, labels, 1e-3, 20, rng)
+    assert abs(near.largest_share - 0.5) < 1e-3 and abs(near.share_spread - 7) < 1e-2
+    assert abs(near.confidence - 1 / 8) < 1e-3 and near.trials == 20
+    confident = wb.share_survey(WIDTHS, inputs, labels, 6.0, 20, rng)
+    assert confident.confidence > 0.5 and confident.largest_share < near.largest_share
+    with pytest.raises(ValueError, match="must be positive"):
+        wb.share_survey(WIDTHS, inputs, labels, 0.0, 20, rng)
+
+
+def test_survey_reports_the_fewest_live_rows():
+    survey = wb.survey_random_networks(50, WIDTHS, np.random.default_rng(0))
+    assert survey.blocked == 0 and 1 <= survey.fewest_live_rows <= min(WIDTHS[1:])
+    # One-unit hidden layers are dead half the time: some trial blocks, and the fewest live rows is 0.
+    narrow = wb.survey_random_networks(50, (24, 1, 1, 8), np.random.default_rng(0))
+    assert narrow.blocked > 0 and narrow.fewest_live_rows == 0
