@@ -65,13 +65,15 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
+from scipy import sparse
 from scipy.optimize import linear_sum_assignment, linprog
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from torch import nn
 
 from . import data as datasets
-from . import models, training, walkback
+from . import attacks, models, training, walkback
+from . import gradients as grads
 from . import validation as check
 from .attacks import ATTACKS, AttackResult, Observation, _empty_history, _recorder
 from .walkback import DenseNetwork
@@ -784,13 +786,18 @@ def artifact_batch(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray
         check.integer("target pixel", target[1], low=0, high=inputs.shape[1] - 1)
     check.boolean("first_relu", first_relu)
     low, high = bounds
-    sample_basis, input_basis = perturbation_basis(network, inputs, labels, first_relu)
-    dimension = sample_basis.shape[1] * input_basis.shape[1]
+    _, sensitivities = per_sample_sensitivities(network, inputs, labels, first_relu)
+    sample_basis, weight = _null_space(sensitivities[0].T), np.asarray(network.weights[0], dtype=np.float64)
+    free_inputs = weight.shape[1] - np.linalg.matrix_rank(weight)
+    dimension = sample_basis.shape[1] * free_inputs
     if dimension == 0:
         raise check.GradcoreValueError(f"no gradient-preserving perturbation: sensitivities leave {sample_basis.shape[1]} free sample "
-                                       f"directions and W_0 {input_basis.shape[1]} free input directions")
-    # vec(C A N^T) = kron(C, N) vec(A), row-major.
-    mapping = np.kron(sample_basis, input_basis)
+                                       f"directions and W_0 {free_inputs} free input directions")
+    # E = C U with U (q, d0) and W_0 u_j = 0: sparse, so that photo-sized inputs stay cheap (the
+    # dense kron(C, N) of the null-space coordinates has (M d0) x (q (d0 - d1)) entries).
+    q, width = sample_basis.shape[1], inputs.shape[1]
+    mapping = sparse.kron(sparse.csr_matrix(sample_basis), sparse.identity(width), format="csr")
+    keep_null = sparse.kron(sparse.identity(q), sparse.csr_matrix(weight), format="csr")
     position = (inputs.ravel() - low) / (high - low)
     if isinstance(target, str):
         if target != "invert":
@@ -801,14 +808,24 @@ def artifact_batch(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray
         direction = np.zeros_like(position)
         flat = sample * inputs.shape[1] + pixel
         direction[flat] = 1.0 if position[flat] <= 0.5 else -1.0
-    objective = -(direction @ mapping)
+    objective = -(mapping.T @ direction)
     lower, upper = low - inputs.ravel(), high - inputs.ravel()
-    solution = linprog(objective, A_ub=np.vstack([mapping, -mapping]), b_ub=np.concatenate([upper, -lower]),
-                       bounds=[(None, None)] * dimension, method="highs")
+    solution = linprog(objective, A_ub=sparse.vstack([mapping, -mapping]), b_ub=np.concatenate([upper, -lower]),
+                       A_eq=keep_null, b_eq=np.zeros(keep_null.shape[0]), bounds=[(None, None)] * (q * width), method="highs")
     if solution.status != 0:
         raise check.GradcoreValueError(f"the perturbation programme failed: {solution.message}")
-    perturbation = (mapping @ solution.x).reshape(inputs.shape)
-    artifact = np.clip(inputs + perturbation, low, high)  # clips round-off only: the programme keeps the box
+    # The solver meets W_0 u_j = 0 to its tolerance only: project onto the null space exactly, then
+    # shrink the step by the round-off this moved it across the box, so the gradient keeps to round-off.
+    directions = solution.x.reshape(q, width)
+    directions = directions - np.linalg.lstsq(weight, weight @ directions.T, rcond=None)[0].T
+    perturbation = sample_basis @ directions
+    moved = inputs + perturbation
+    outside = np.maximum(moved - high, low - moved) > 1e-12  # beyond round-off: shrink the step; within it: clip
+    scale = 1.0
+    if outside.any():
+        room = np.where(perturbation > 0, high - inputs, low - inputs)[outside]
+        scale = float(np.clip(room / perturbation[outside], 0.0, 1.0).min())
+    artifact = np.clip(inputs + scale * perturbation, low, high)  # clips round-off only
     truth_gradient = walkback.flatten_gradients(batch_gradients(network, inputs, labels, first_relu))
     artifact_gradient = walkback.flatten_gradients(batch_gradients(network, artifact, labels, first_relu))
     return Artifact(artifact, float(np.abs(artifact - inputs).max()),
@@ -820,20 +837,32 @@ class PerturbationRow:
     """One first-layer width of :func:`perturbation_sweep`."""
 
     width: int
-    dimension: int  # of the perturbation subspace used
+    dimension: int  # of the perturbation subspace used (first batch)
     largest_change: float  # lower bound of the largest one-pixel change (Fig. 5, left)
-    mean_change: float  # mean |change| per pixel of the "invert" artifact batch
+    mean_change: float  # mean |change| per pixel of the "invert" artifact batches
     gradient_difference: float  # max |G(artifact) - G(truth)| over the programmes solved
+    moved_share: float = 0.0  # share of pixels the "invert" artifacts move by at least ``moved`` of the range
+
+
+def moved_share(artifact: np.ndarray, truth: np.ndarray, moved: float = 0.25, bounds: tuple[float, float] = (0.0, 1.0),
+                axis=None):
+    """Share of pixels an artifact batch moves by at least ``moved`` of the pixel range (Pan et al.'s 25%, Fig. 5)."""
+    change = np.abs(np.asarray(artifact, dtype=np.float64) - np.asarray(truth, dtype=np.float64)) / (bounds[1] - bounds[0])
+    return (change >= moved).mean(axis=axis)
 
 
 def perturbation_sweep(dataset: datasets.Dataset, widths: Sequence[int], second_width: int, batch_size: int, pixels: int,
-                       seed: int = 0) -> list[PerturbationRow]:
+                       seed: int = 0, batches: int = 1, moved: float = 0.25) -> list[PerturbationRow]:
     """Fig. 5 (left): artifact batches on ``(d0-w-second_width-K)`` FCNs for each first width ``w``.
 
-    For each width, a fresh ``models.build("mlp")`` network and a batch without exclusivity
-    (drawn until :func:`analyse` calls it secure), then the ``invert`` programme and
-    ``pixels`` one-pixel programmes of :func:`artifact_batch`.
+    For each width, a fresh ``models.build("mlp")`` network and ``batches`` batches without
+    exclusivity (drawn until :func:`analyse` calls them secure), the ``invert`` programme of
+    :func:`artifact_batch` on each, and ``pixels`` one-pixel programmes on the first. The
+    largest one-pixel change saturates at the whole range on images with pixels at 0 and 1;
+    the mean change and the share of pixels moved by ``moved`` of the range, averaged over the
+    batches, show how the room shrinks as the first layer widens.
     """
+    check.positive_int("batches", batches)
     images = dataset.images.reshape(len(dataset), -1).double().numpy()
     labels = dataset.labels.numpy()
     rng = np.random.default_rng(seed)
@@ -841,16 +870,89 @@ def perturbation_sweep(dataset: datasets.Dataset, widths: Sequence[int], second_
     with _single_thread():
         for width in widths:
             network = walkback.from_torch(models.build("mlp", dataset.shape, dataset.num_classes, seed=seed, widths=(width, second_width)))
-            index = find_batch(network, images, batch_size, "secure", rng)
-            inverted = artifact_batch(network, images[index], labels[index], "invert")
-            largest, difference = inverted.largest_change, inverted.gradient_difference
+            indices = [find_batch(network, images, batch_size, "secure", rng) for _ in range(batches)]
+            inverted = [artifact_batch(network, images[index], labels[index], "invert") for index in indices]
+            largest = max(artifact.largest_change for artifact in inverted)
+            difference = max(artifact.gradient_difference for artifact in inverted)
             for _ in range(pixels):
                 target = (int(rng.integers(batch_size)), int(rng.integers(images.shape[1])))
-                single = artifact_batch(network, images[index], labels[index], target)
+                single = artifact_batch(network, images[indices[0]], labels[indices[0]], target)
                 largest, difference = max(largest, single.largest_change), max(difference, single.gradient_difference)
-            mean_change = float(np.abs(inverted.inputs - images[index]).mean())
-            rows.append(PerturbationRow(width, inverted.dimension, largest, mean_change, difference))
+            mean_change = float(np.mean([np.abs(a.inputs - images[i]).mean() for a, i in zip(inverted, indices)]))
+            share = float(np.mean([moved_share(a.inputs, images[i], moved) for a, i in zip(inverted, indices)]))
+            rows.append(PerturbationRow(width, inverted[0].dimension, largest, mean_change, difference, share))
     return rows
+
+
+def figure5_artifact(dataset: datasets.Dataset, widths: Sequence[int], batch_size: int, rng: np.random.Generator,
+                     seed: int = 0) -> tuple[np.ndarray, Artifact]:
+    """Fig. 5 (right): a secure batch on a seeded ``(d0-widths-K)`` FCN and its ``invert`` artifact batch.
+
+    Returns the batch's indices into ``dataset`` and the :class:`Artifact`.
+    """
+    images = dataset.images.reshape(len(dataset), -1).double().numpy()
+    network = walkback.from_torch(models.build("mlp", dataset.shape, dataset.num_classes, seed=seed, widths=tuple(widths)))
+    with _single_thread():
+        index = find_batch(network, images, batch_size, "secure", rng)
+        return index, artifact_batch(network, images[index], dataset.labels[index].numpy())
+
+
+def artifact_rows(dataset: datasets.Dataset, index: np.ndarray, artifact: Artifact) -> tuple[torch.Tensor, list]:
+    """The true images and ``[("artifact", ...), ("|difference|", ...)]``, for :func:`gradcore.plots.reconstruction_grid`."""
+    truth = dataset.images[index]
+    images = torch.as_tensor(artifact.inputs, dtype=torch.float32).reshape(truth.shape)
+    return truth, [("artifact", images), ("|difference|", (images - truth).abs())]
+
+
+@dataclass
+class LearningSweep:
+    """Result of :func:`learning_attack_sweep`: per width and batch size, the optimisation attack's PSNRs."""
+
+    psnr: dict  # {width: {batch size: [mean PSNR of each batch]}}
+    threshold: float  # dB: a batch counts as recovered at or above it
+
+    def recovered(self, width: int, batch_size: int) -> float:
+        """Share of the batches recovered (mean PSNR at least :attr:`threshold`)."""
+        values = self.psnr[width][batch_size]
+        return float(np.mean([value >= self.threshold for value in values]))
+
+    def by_batch(self) -> dict:
+        """``{batch size: recovered share}``, pooled over the widths."""
+        sizes = next(iter(self.psnr.values()))
+        return {size: float(np.mean([self.recovered(width, size) for width in self.psnr])) for size in sizes}
+
+    def by_width(self) -> dict:
+        """``{width: recovered share}``, pooled over the batch sizes."""
+        return {width: float(np.mean([self.recovered(width, size) for size in sizes])) for width, sizes in self.psnr.items()}
+
+
+def learning_attack_sweep(dataset: datasets.Dataset, widths: Sequence[int], batch_sizes: Sequence[int], trials: int,
+                          attack_config: dict, seed: int = 0, threshold: float = 40.0) -> LearningSweep:
+    """How a learning-based attack fares across widths and batch sizes (Pan et al., Theorem 1's trend).
+
+    Theorem 1 bounds the average reconstruction error of learning-based attacks: the bound
+    grows with the batch size and the input dimension and shrinks as the layers widen. Here
+    DLG (``gradcore.attack("dlg", ...)`` with the labels given and ``attack_config``) attacks
+    ``trials`` random batches per batch size on float64 ``(d0-w-w-K)`` ReLU FCNs, one per width;
+    batch ``t`` of size ``M`` is ``dataset.batch(M, seed=seed * 1000 + t)``, the same for every width.
+    """
+    check.positive_int("trials", trials)
+    check.integers("batch_sizes", batch_sizes, low=1)
+    psnr: dict = {}
+    for width in widths:
+        model = models.build("mlp", dataset.shape, dataset.num_classes, seed=seed, widths=(width, width)).double()
+        psnr[width] = {}
+        for size in batch_sizes:
+            values = []
+            for trial in range(trials):
+                inputs, labels = dataset.batch(size, seed=seed * 1000 + trial)
+                inputs = inputs.double()
+                gradient = grads.batch_gradient(model, inputs, labels)
+                result = attacks.attack("dlg", model, gradient, shape=dataset.shape, batch_size=size, labels=labels, truth=inputs,
+                                        seed=seed, progress=False, **attack_config)
+                values.append(float(result.score(inputs, "psnr").mean()))
+            psnr[width][size] = values
+    return LearningSweep(psnr, threshold)
 
 
 # ----------------------------------------------------------------------------------

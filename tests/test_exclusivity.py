@@ -304,3 +304,58 @@ def test_no_artifact_without_room():
     inputs, labels = _batch(rng, 3)
     with pytest.raises(ValueError, match="no gradient-preserving perturbation"):
         ex.artifact_batch(network, inputs, labels)
+
+
+def test_sparse_programme_matches_the_dense_null_space_one():
+    """The artifact programme in sparse form reaches the optimum of the dense null-space form (the earlier code)."""
+    from scipy.optimize import linprog
+
+    rng = np.random.default_rng(6)
+    network = walkback.random_network((16, 3, 32, 5), rng)
+    pool, pool_labels = _batch(rng, 100)
+    index = ex.find_batch(network, pool, 6, "secure", rng)
+    batch, labels = pool[index], pool_labels[index]
+    artifact = ex.artifact_batch(network, batch, labels)
+    sample_basis, input_basis = ex.perturbation_basis(network, batch, labels)
+    mapping, direction = np.kron(sample_basis, input_basis), 1.0 - 2.0 * batch.ravel()
+    dense = linprog(-(direction @ mapping), A_ub=np.vstack([mapping, -mapping]),
+                    b_ub=np.concatenate([1.0 - batch.ravel(), batch.ravel()]), bounds=[(None, None)] * mapping.shape[1])
+    assert direction @ (artifact.inputs - batch).ravel() == pytest.approx(-dense.fun, rel=1e-6)
+    # In the null space of W_0 exactly: the pre-activations of the first layer do not move.
+    np.testing.assert_allclose((artifact.inputs - batch) @ network.weights[0].T, 0.0, atol=1e-12)
+
+
+def test_moved_share_by_hand():
+    truth = np.array([[0.0, 0.5, 1.0, 0.2]])
+    artifact = np.array([[0.3, 0.5, 0.7, 0.2]])
+    assert ex.moved_share(artifact, truth) == 0.5  # 0.3 and 0.3 move by >= 0.25
+    assert ex.moved_share(artifact, truth, moved=0.4) == 0.0
+    assert ex.moved_share(artifact * 2 - 1, truth * 2 - 1, bounds=(-1.0, 1.0)) == 0.5  # a share of the range, any range
+    np.testing.assert_allclose(ex.moved_share(np.vstack([artifact, truth]), np.vstack([truth, truth]), axis=1), [0.5, 0.0])
+
+
+def test_perturbation_sweep_averages_batches_and_figure5_artifact_keeps_the_gradient():
+    digits = gradcore.data.load("digits")
+    rows = ex.perturbation_sweep(digits, (2, 10), 64, 12, 0, seed=0, batches=2)
+    assert [row.width for row in rows] == [2, 10]
+    assert all(0 <= row.moved_share <= 1 and row.gradient_difference < 1e-10 for row in rows)
+    assert rows[0].moved_share > rows[1].moved_share  # 10 free sample directions against 2
+    with pytest.raises(ValueError):
+        ex.perturbation_sweep(digits, (2,), 64, 12, 0, batches=0)
+    index, artifact = ex.figure5_artifact(digits, (7, 64), 8, np.random.default_rng(0), seed=0)
+    assert len(index) == 8 and artifact.gradient_difference < 1e-10
+    truth, rows = ex.artifact_rows(digits, index, artifact)
+    assert truth.shape == rows[0][1].shape == (8, 1, 8, 8) and [label for label, _ in rows] == ["artifact", "|difference|"]
+
+
+def test_learning_attack_sweep_counts_recovered_batches():
+    digits = gradcore.data.load("digits")
+    config = {"optimiser": "lbfgs", "lr": 1.0, "max_iter": 20, "line_search": "strong_wolfe", "init": "randn", "iterations": 5}
+    sweep = ex.learning_attack_sweep(digits, (32,), (1, 2), 2, config, seed=0, threshold=40.0)
+    assert set(sweep.psnr) == {32} and all(len(values) == 2 for values in sweep.psnr[32].values())
+    for size in (1, 2):
+        assert sweep.recovered(32, size) == np.mean([value >= 40.0 for value in sweep.psnr[32][size]])
+    assert sweep.by_width()[32] == np.mean([sweep.recovered(32, 1), sweep.recovered(32, 2)])
+    assert sweep.by_batch() == {1: sweep.recovered(32, 1), 2: sweep.recovered(32, 2)}
+    strict = ex.LearningSweep(sweep.psnr, float("inf"))
+    assert strict.by_batch() == {1: 0.0, 2: 0.0}

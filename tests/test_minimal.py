@@ -279,6 +279,10 @@ def test_regularisers_by_hand():
     assert minimal.REGULARISERS["orthogonality"](batch).item() == 2 * (1 + 0 + 36)
     assert minimal.REGULARISERS["l2"](batch).item() == 15
     assert minimal.REGULARISERS["none"](batch).item() == 0
+    # Centred rows (each minus its mean): (0.5, -0.5), (-0.5, 0.5), (-1.5, 1.5); dots -0.5, -1.5, 1.5, each twice.
+    assert minimal.REGULARISERS["orthogonality_centred"](batch).item() == pytest.approx(2 * (0.25 + 2.25 + 2.25))
+    # Centring removes what non-negative images share: two constant images are orthogonal once centred.
+    assert minimal.REGULARISERS["orthogonality_centred"](torch.ones(2, 1, 3, 3)).item() == 0
     with pytest.raises(KeyError, match="known regularisers"):
         minimal.REGULARISERS["tv"]
 
@@ -311,3 +315,30 @@ def test_exactness_rows_report_blocked_models():
     relu_rows = minimal.exactness_rows(image, label, {"one unit": (1,)}, ("relu",), 3, seed=0)
     alive = (model[1](image.flatten(1)) > 0).item()
     assert (relu_rows[0][-1] == "blocked") != alive
+
+
+def test_race_times_both_attacks_to_one_target():
+    digits = gradcore.data.load("digits")
+    case = minimal.cnn_case(digits, seed=0, kernels=2, kernel_size=3, stride=1, padding=1, hidden=16)
+    dlg = {"optimiser": "lbfgs", "lr": 1.0, "max_iter": 20, "line_search": "strong_wolfe", "init": "randn", "iterations": 10}
+    race = minimal.race(case, dlg, 1e-2, repeats=2)
+    assert race.two_step_error < 1e-10 and race.dlg_iterations is not None and race.dlg_iterations >= 1
+    assert race.speedup == race.dlg_seconds / race.two_step_seconds > 0
+    # A target DLG cannot reach within its budget: no DLG timing, an infinite speed-up.
+    never = minimal.race(case, {**dlg, "iterations": 1}, 1e-9, repeats=1)
+    assert never.dlg_iterations is None and never.dlg_seconds is None and never.speedup == float("inf")
+    with pytest.raises(ValueError, match="relative error"):
+        minimal.race(case, dlg, 2.0)
+    with pytest.raises(ValueError):
+        minimal.race(case, dlg, 1e-2, repeats=0)
+
+
+def test_weight_sweep_reuses_known_runs_and_matches_batch_sweep():
+    digits = gradcore.data.load("digits")
+    adam = {"optimiser": "adam", "lr": 0.1, "init": "randn", "iterations": 20, "record_every": 10}
+    options = {"widths": (8,), "activation": "sigmoid"}
+    sweep = minimal.weight_sweep(digits, 2, ["orthogonality_centred", "l2"], [1e-5, 1e-3], options, adam, seed=0,
+                                 known={"l2": {1e-3: -1.0}})
+    assert sweep["l2"][1e-3] == -1.0 and set(sweep["orthogonality_centred"]) == {1e-5, 1e-3}
+    same = minimal.batch_sweep(digits, [2], ["l2"], options, adam, {"l2": 1e-5}, seed=0, progress=False)
+    assert sweep["l2"][1e-5] == same["l2"][2].final("mse")  # the same batch, model and start
