@@ -216,10 +216,17 @@ class Evaluation:
         return values - reference[:, None], labels, columns
 
     def table(self, metric: str, title: str = "", include_skipped: bool = False) -> Table:
-        """Mean ``metric`` per (scenario, attack) row and defense column; "n/a" where an attack did not run."""
+        """Mean ``metric`` per (scenario, attack) row and defense column.
+
+        "n/a" where the attack was not run; "refused" where it refused every case (its
+        score is then the gray guess's, see :meth:`refused`).
+        """
         values, labels, columns = self.grid(metric, include_skipped=include_skipped)
         direction = "higher" if quality.HIGHER_IS_BETTER.get(metric, False) else "lower"
-        rows = [[label] + [_cell(v) for v in row] for label, row in zip(labels, values)]
+        keys = [(s, a) for s in self.scenarios for a in self.attacks
+                if any((s, a, d) in self.scores for d in self.defenses) or (include_skipped and (s, a) in self.skipped)]
+        rows = [[label] + ["refused" if self.refused(s, a, d) else _cell(v) for d, v in zip(columns, row)]
+                for label, (s, a), row in zip(labels, keys, values)]
         return Table(title or f"{metric.upper()} per attack and defense ({direction} favours the attacker)",
                      ["attack | scenario"] + columns, rows)
 
@@ -232,6 +239,61 @@ class Evaluation:
         end with an MSE of at least ``level`` times the gray guess's (``attacks`` limits the attacks)."""
         keys = [(s, a) for s in self.scenarios for a in (attacks or self.attacks) if (s, a, defense) in self.scores]
         return sum(self.to_gray(s, a, defense) >= level for s, a in keys), len(keys)
+
+    def refused(self, scenario: str, attack: str, defense: str) -> bool:
+        """Whether the attack refused every case of the cell: it did not run (scored as the gray guess)."""
+        key = (scenario, attack, defense)
+        return key in self.scores and self.failures.get(key, 0) == len(self.truths.get(scenario, ())) > 0
+
+    def tally(self, defense: str, level: float = 1.0, attacks: Sequence[str] | None = None) -> tuple[int, int, int]:
+        """``(ran and stopped, refused, attacked)`` of the (scenario, attack) pairs run against ``defense``.
+
+        An attack that refuses the defended gradient (its assumptions no longer hold) is
+        counted apart from one that ran and ended at or beyond ``level`` times the gray
+        guess's MSE: a refusal tells the attacker it failed, and it would try another attack.
+        """
+        keys = [(s, a) for s in self.scenarios for a in (attacks or self.attacks) if (s, a, defense) in self.scores]
+        refused = [k for k in keys if self.refused(*k, defense)]
+        ran = [k for k in keys if k not in refused]
+        return sum(self.to_gray(s, a, defense) >= level for s, a in ran), len(refused), len(keys)
+
+    def leaking(self, defense: str, level: float = 1.0) -> int:
+        """How many (scenario, attack) pairs run against ``defense`` end below ``level`` times the gray guess's MSE."""
+        return sum(self.to_gray(s, a, d) < level for s, a, d in self.scores if d == defense)
+
+    def weakest(self, defense: str, attacks: Sequence[str] | None = None, scenarios: Sequence[str] | None = None) -> tuple:
+        """``(scenario, attack, MSE / gray MSE)`` of the attack that did best against ``defense``.
+
+        With one scenario per training round (:func:`over_rounds`) this is the round and the
+        attack where a deployment is weakest: a deployment is only as safe as its worst round.
+        Refused cells count as the gray guess; ties go to the earliest scenario.
+        """
+        keys = [(s, a) for s in (scenarios or self.scenarios) for a in (attacks or self.attacks) if (s, a, defense) in self.scores]
+        if not keys:
+            raise ValueError(f"no attack ran against {defense!r}")
+        # Rounded, so that among exact recoveries (differing in round-off) the earliest round is named.
+        scenario, attack = min(keys, key=lambda k: round(self.to_gray(*k, defense), 4))
+        return scenario, attack, self.to_gray(scenario, attack, defense)
+
+    def heatmap(self, metric: str = "psnr", title: str = "", vmax: float | None = 30.0, **options):
+        """:meth:`over_gray` as a heat-map; cells where the attack refused read "refused", blank cells are n/a."""
+        from . import plots
+
+        gains, labels, columns = self.over_gray(metric)
+        figure = plots.heatmap(gains, labels, columns, title, vmax=vmax, **options)
+        rows = [(s, a) for s in self.scenarios for a in self.attacks if any((s, a, d) in self.scores for d in self.defenses)]
+        marked = {(c, r) for r, (s, a) in enumerate(rows) for c, d in enumerate(columns) if self.refused(s, a, d)}
+        for text in figure.axes[0].texts:
+            if tuple(int(round(v)) for v in text.get_position()) in marked:
+                text.set_text("refused")
+        return figure
+
+    def update(self, other: "Evaluation") -> "Evaluation":
+        """Add ``other``'s cells (and its scenarios', attacks' and defenses' labels) to this one; returns it."""
+        _merge(self, other)
+        for name in ("scenarios", "attacks", "defenses"):
+            getattr(self, name).extend(x for x in getattr(other, name) if x not in getattr(self, name))
+        return self
 
     def best_defense(self, metric: str, scenario: str, attack: str) -> str:
         """The defense that leaves the attacker worst off on ``metric``."""
@@ -260,7 +322,8 @@ def _measured(names: Sequence[str], truth: torch.Tensor) -> tuple[list[str], dic
 
 
 def matrix(attacks: Mapping[str, Mapping], defenses: Mapping[str, Mapping], scenarios: Mapping[str, Sequence],
-           metrics: Sequence[str] = ("mse", "lpips", "psnr", "ssim"), seed: int = 0, progress: bool = True) -> Evaluation:
+           metrics: Sequence[str] = ("mse", "lpips", "psnr", "ssim"), seed: int = 0, progress: bool = True,
+           keep_refusals: bool = False) -> Evaluation:
     """Run every attack against every defense on every scenario and score the reconstructions.
 
     Parameters
@@ -286,6 +349,11 @@ def matrix(attacks: Mapping[str, Mapping], defenses: Mapping[str, Mapping], scen
         Reconstructions are clipped to [0, 1], the pixel range the attacker knows.
     seed : int
         Seeds each defense's randomness (per case) and each attack's initialisation.
+    keep_refusals : bool
+        An attack that refuses every case under every defense is taken as not applicable
+        to the scenario and moved to ``skipped``; with ``keep_refusals`` it stays, scored as
+        the gray guess and listed in ``failed`` (a sweep with one defense per call, where
+        the attack is known to apply).
     """
     result = Evaluation(list(scenarios), list(attacks), list(defenses), list(metrics))
     jobs = [(s, a, d) for s in scenarios for a in attacks for d in defenses
@@ -337,7 +405,7 @@ def matrix(attacks: Mapping[str, Mapping], defenses: Mapping[str, Mapping], scen
                 result.seconds[key] = seconds
             # An attack that refused every case under every defense does not apply to this scenario at all.
             keys = [(scenario_label, attack_label, d) for d in defenses if (scenario_label, attack_label, d) in result.scores]
-            if keys and all(result.failures.get(k, 0) == len(cases) for k in keys):
+            if keys and not keep_refusals and all(result.failures.get(k, 0) == len(cases) for k in keys):
                 result.skipped[(scenario_label, attack_label)] = result.failed[keys[0]]
                 for k in keys:
                     for store in (result.scores, result.reconstructions, result.seconds, result.failed, result.failures):
@@ -410,7 +478,7 @@ def norm_ratios(shared: Sequence[torch.Tensor], true: Sequence[torch.Tensor]) ->
 
 
 def with_architecture(evaluation: Evaluation, attacks: Mapping[str, Mapping], label: str, scenarios: Mapping[str, Sequence],
-                      seed: int = 0, progress: bool = True) -> Evaluation:
+                      seed: int = 0, progress: bool = True, baseline: str = "none") -> Evaluation:
     """Add a column ``label`` for a defense that changes the architecture, e.g. exclusivity reduction.
 
     Exclusivity reduction (Pan et al., USENIX Security 2022, Sec. 6) removes the ReLU after
@@ -419,11 +487,13 @@ def with_architecture(evaluation: Evaluation, attacks: Mapping[str, Mapping], la
     same private batches). Every attack that ran undefended on that scenario attacks the
     changed model; one that refuses every case was defeated by the change and scores the
     gray guess (in ``failed``), not "not applicable". Scenarios left out get "n/a".
+    ``baseline`` is the column of the unchanged model (an attack that ran there, or refused
+    there, attacks the changed model).
     ``evaluation`` is extended in place and returned.
     """
     for scenario_label, cases in scenarios.items():
         ran = {a: {k: v for k, v in spec.items() if k not in ("scenarios", "defenses")} for a, spec in attacks.items()
-               if (scenario_label, a, "none") in evaluation.scores and "defenses" not in spec}
+               if (scenario_label, a, baseline) in evaluation.scores and "defenses" not in spec}
         changed = matrix(ran, {label: {"defense": None}}, {scenario_label: cases}, evaluation.metrics, seed, progress)
         for attack_label in ran:
             key = (scenario_label, attack_label, label)
@@ -450,3 +520,112 @@ def architecture_utility(dataset, build, rounds: int, seed: int = 0, test_fracti
 
     train_set, test_set = federated.split_dataset(dataset, test_fraction, seed)
     return federated.train(build(), train_set, test_set, rounds, seed=seed, progress=progress, **options)
+
+
+# ----------------------------------------------------------------------------------
+# Where a deployment is weakest: training rounds, and the strength of a defense
+# ----------------------------------------------------------------------------------
+
+
+def deployment_runs(dataset, build, deployments: Mapping[str, Mapping], rounds: int, at: Sequence[int], seed: int = 0,
+                    test_fraction: float = 0.25, progress: bool = True, **options) -> dict:
+    """FedSGD per deployment from the same initial model and client sampling, keeping the models at rounds ``at``.
+
+    ``build()`` returns a fresh network (the same initial weights each call);
+    ``deployments`` maps a label to ``{"defense": name or None, "defended_rounds": T or
+    None, **defense options}`` (``defended_rounds``: the defense runs in the first ``T``
+    rounds only, CENSOR's deployment; ``None``: every round). ``options`` go to
+    :func:`gradcore.federated.train_snapshots`. Returns ``{label: (FederatedLog, {t: model})}``.
+    """
+    from . import federated
+
+    train_set, test_set = federated.split_dataset(dataset, test_fraction, seed)
+    runs = {}
+    for label, spec in deployments.items():
+        defense_options = {k: v for k, v in spec.items() if k not in ("defense", "defended_rounds")}
+        runs[label] = federated.train_snapshots(build(), train_set, test_set, rounds, at=at, defense=spec.get("defense"),
+                                                defense_options=defense_options, defended_rounds=spec.get("defended_rounds"),
+                                                seed=seed, progress=progress, **options)
+    return runs
+
+
+def over_rounds(attacks: Mapping[str, Mapping], deployments: Mapping[str, Mapping], snapshots: Mapping[str, Mapping],
+                dataset, batch_size: int = 1, images: int = 1, metrics: Sequence[str] = ("mse", "psnr"), seed: int = 0,
+                progress: bool = True) -> Evaluation:
+    """Attack the update each deployment shares at several training rounds (CENSOR, Sec. III, Table V).
+
+    One scenario per round ``t`` ("round t"): the private images are the same at every
+    round (drawn with ``seed``), the model is the deployment's global model after ``t``
+    steps (``snapshots[label][t]``, from :func:`deployment_runs`), and the shared
+    gradient is defended as the deployment defends that round (not at all once
+    ``t >= defended_rounds``). Columns are the deployments; a refused attack is kept as a
+    refusal (``keep_refusals``). :meth:`Evaluation.weakest` then names the round where a
+    deployment is weakest.
+    """
+    import copy
+
+    from . import experiments
+
+    rounds = sorted({t for runs in snapshots.values() for t in runs})
+    result = Evaluation([f"round {t}" for t in rounds], list(attacks), list(deployments), list(metrics))
+    for label, spec in deployments.items():
+        limit = spec.get("defended_rounds")
+        for t in rounds:
+            if t not in snapshots[label]:
+                continue
+            model = snapshots[label][t]
+            cases = experiments.scenarios(dataset, lambda _, m=model: copy.deepcopy(m), batch_size, images, seed)
+            shared = {k: v for k, v in spec.items() if k != "defended_rounds"} if limit is None or t < limit else {"defense": None}
+            part = matrix(attacks, {label: shared}, {f"round {t}": cases}, metrics, seed, progress=False, keep_refusals=True)
+            _merge(result, part)
+    return result
+
+
+def strength_sweep(attacks: Mapping[str, Mapping], scenarios: Mapping[str, Sequence], defense: str, parameter: str,
+                   levels: Sequence[float], level: float = 1.0, start: Evaluation | None = None, start_label: str | None = None,
+                   metrics: Sequence[str] = ("mse", "psnr"), seed: int = 0, **options) -> tuple[Evaluation, float | None]:
+    """Raise one defense's strength until every attack is stopped; only attacks still leaking go on.
+
+    At each of the increasing ``levels`` of ``parameter`` (e.g. the noise's ``sigma``),
+    the (scenario, attack) pairs that ended below ``level`` times the gray guess's MSE at
+    the previous level are attacked again; a stopped pair stays stopped (a stronger
+    defense perturbs the same gradient more). ``start`` / ``start_label`` give the
+    first level's results from an existing matrix. Returns the sweep (one column per
+    level, labelled ``"{parameter} {value}"``; a pair is scored at the levels it ran at)
+    and the first level at which no pair leaks (``None`` if none of ``levels`` does).
+    """
+    columns = [f"{parameter} {value:g}" for value in levels]
+    result = Evaluation(list(scenarios), list(attacks), columns, list(metrics))
+    leaking = [(s, a) for s in scenarios for a in attacks]
+    first = None
+    for value, column in zip(levels, columns):
+        if start is not None and value == levels[0]:
+            part = Evaluation(start.scenarios, start.attacks, [column], start.metrics, truths=start.truths, reference=start.reference)
+            for (s, a, d), scores in start.scores.items():
+                if d == start_label and s in scenarios and a in attacks:
+                    part.scores[(s, a, column)] = scores
+                    for store in ("failed", "failures"):
+                        if (s, a, d) in getattr(start, store):
+                            getattr(part, store)[(s, a, column)] = getattr(start, store)[(s, a, d)]
+        else:
+            part = Evaluation(list(scenarios), list(attacks), [column], list(metrics))
+            for s in scenarios:
+                names = [a for s2, a in leaking if s2 == s]
+                if names:
+                    _merge(part, matrix({a: attacks[a] for a in names}, {column: {"defense": defense, parameter: value, **options}},
+                                        {s: scenarios[s]}, metrics, seed, progress=False, keep_refusals=True))
+        _merge(result, part)
+        leaking = [(s, a) for s, a in leaking if (s, a, column) in result.scores and result.to_gray(s, a, column) < level]
+        if not leaking:
+            first = value
+            break
+    return result, first
+
+
+def _merge(into: Evaluation, part: Evaluation) -> None:
+    """Copy ``part``'s cells, references and images into ``into`` (same metrics)."""
+    into.truths.update({s: t for s, t in part.truths.items() if s not in into.truths})
+    into.reference.update({s: r for s, r in part.reference.items() if s not in into.reference})
+    into.unmeasured.update(part.unmeasured)
+    for store in ("scores", "reconstructions", "seconds", "failed", "failures", "skipped"):
+        getattr(into, store).update(getattr(part, store))

@@ -11,6 +11,7 @@ as CENSOR prescribes (Sec. III, observation 1).
 
 from __future__ import annotations
 
+import copy
 import sys
 from dataclasses import dataclass, field
 
@@ -91,34 +92,8 @@ def train(model: nn.Module, train_set: datasets.Dataset, test_set: datasets.Data
     evaluate_every : int
         Rounds between test-accuracy evaluations.
     """
-    if not 1 <= per_round <= clients:
-        raise ValueError(f"clients per round must be between 1 and {clients}, got {per_round}")
-    parts = dirichlet_split(train_set.labels, clients, alpha, seed)
-    rng = np.random.default_rng(seed + 1)
-    device = next(model.parameters()).device
-    dtype = next(model.parameters()).dtype
-    parameters = gradients.trainable(model)
-    log = FederatedLog([0], [accuracy(model, test_set)])
-    for round_number in tqdm(range(1, rounds + 1), desc=f"federated ({defense or 'none'})", disable=not progress,
-                             file=sys.stderr, mininterval=2.0, ncols=80):
-        model.train()
-        total = [torch.zeros_like(p) for p in parameters]
-        defended = defense is not None and (defended_rounds is None or round_number <= defended_rounds)
-        for client in rng.choice(clients, size=per_round, replace=False):
-            own = parts[client]
-            pick = rng.choice(own, size=min(batch_size, len(own)), replace=False)
-            inputs = train_set.images[pick].to(device, dtype)
-            labels = train_set.labels[pick].to(device)
-            update = gradients.shared_gradient(model, inputs, labels, loss, defense if defended else None,
-                                               seed=int(rng.integers(2**31)), **((defense_options or {}) if defended else {}))
-            total = [t + u for t, u in zip(total, update)]
-        with torch.no_grad():
-            for p, t in zip(parameters, total):
-                p -= lr * t / per_round
-        if round_number % evaluate_every == 0 or round_number == rounds:
-            log.rounds.append(round_number)
-            log.accuracy.append(accuracy(model, test_set))
-    model.eval()
+    log, _ = train_snapshots(model, train_set, test_set, rounds, (), clients, per_round, alpha, batch_size, lr, defense,
+                             defense_options, defended_rounds, evaluate_every, seed, loss, progress)
     return log
 
 
@@ -155,3 +130,60 @@ def compare(dataset: datasets.Dataset, model: str, defenses: dict, rounds: int, 
         logs[label] = train(network, train_set, test_set, rounds, defense=spec.get("defense"), defense_options=defense_options,
                             seed=seed, progress=progress, **{**options, **limit})
     return logs
+
+
+def train_snapshots(model: nn.Module, train_set: datasets.Dataset, test_set: datasets.Dataset, rounds: int, at=(0,),
+                    clients: int = 10, per_round: int = 5, alpha: float = 0.5, batch_size: int = 32, lr: float = 0.1,
+                    defense: str | None = None, defense_options: dict | None = None, defended_rounds: int | None = None,
+                    evaluate_every: int = 10, seed: int = 0, loss: str = "cross_entropy",
+                    progress: bool = True) -> tuple[FederatedLog, dict]:
+    """:func:`train`, also keeping a copy of the global model the server sends at the rounds ``at``.
+
+    The same split, client sampling, defense and server steps as :func:`train` with the
+    same arguments, so the log is identical. ``at`` counts server steps: the copy at ``t``
+    is the model after ``t`` steps (``0``: the initial model), on which the clients compute
+    the updates of the next round; that round is defended when ``t < defended_rounds``.
+    This is what an attacker who picks the round sees (CENSOR, Sec. III, observation 1:
+    attacks succeed mostly in the first epochs; Table V: later rounds are harder to invert).
+
+    Returns
+    -------
+    log : FederatedLog
+    snapshots : dict
+        ``{t: nn.Module}``, deep copies in evaluation mode.
+    """
+    at = sorted({int(t) for t in at})
+    if at and not 0 <= at[0] <= at[-1] < rounds:
+        raise ValueError(f"snapshot rounds must lie in [0, {rounds - 1}] (the model before the last step), got {at}")
+    if not 1 <= per_round <= clients:
+        raise ValueError(f"clients per round must be between 1 and {clients}, got {per_round}")
+    parts = dirichlet_split(train_set.labels, clients, alpha, seed)
+    rng = np.random.default_rng(seed + 1)
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    parameters = gradients.trainable(model)
+    log = FederatedLog([0], [accuracy(model, test_set)])
+    snapshots = {}
+    for round_number in tqdm(range(1, rounds + 1), desc=f"federated ({defense or 'none'})", disable=not progress,
+                             file=sys.stderr, mininterval=2.0, ncols=80):
+        if round_number - 1 in at:  # the model this round's clients receive
+            snapshots[round_number - 1] = copy.deepcopy(model).eval()
+        model.train()
+        total = [torch.zeros_like(p) for p in parameters]
+        defended = defense is not None and (defended_rounds is None or round_number <= defended_rounds)
+        for client in rng.choice(clients, size=per_round, replace=False):
+            own = parts[client]
+            pick = rng.choice(own, size=min(batch_size, len(own)), replace=False)
+            inputs = train_set.images[pick].to(device, dtype)
+            labels = train_set.labels[pick].to(device)
+            update = gradients.shared_gradient(model, inputs, labels, loss, defense if defended else None,
+                                               seed=int(rng.integers(2**31)), **((defense_options or {}) if defended else {}))
+            total = [t + u for t, u in zip(total, update)]
+        with torch.no_grad():
+            for p, t in zip(parameters, total):
+                p -= lr * t / per_round
+        if round_number % evaluate_every == 0 or round_number == rounds:
+            log.rounds.append(round_number)
+            log.accuracy.append(accuracy(model, test_set))
+    model.eval()
+    return log, snapshots

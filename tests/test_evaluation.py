@@ -181,3 +181,90 @@ def test_eot_imitating_nothing_is_the_cosine_attack_and_per_defense_config(digit
     reference = evaluation.matrix({"ig": {"attack": "inverting_gradients", "iterations": 2}}, {"none": {"defense": None}},
                                   {"c": [case]}, metrics=("mse",), progress=False)
     assert result.value("c", "eot", "none", "mse") == reference.value("c", "ig", "none", "mse")
+
+
+def test_refusals_are_reported_apart_from_failed_runs(digits):
+    cases = {"B=1": [experiments.scenario(digits, "mlp", 1, seed=0, widths=(16,))]}
+    result = evaluation.matrix({"walk": {"attack": "walk_back"}, "closed": {"attack": "closed_form"}},
+                               {"none": {"defense": None}, "noise": {"defense": "noise", "sigma": 0.5}},
+                               cases, metrics=("mse", "psnr"), progress=False)
+    result.failures[("B=1", "walk", "noise")] = 1  # as if the walk-back had found no row to divide by
+    assert result.refused("B=1", "walk", "noise") and not result.refused("B=1", "closed", "noise")
+    assert not result.refused("B=1", "walk", "none")
+    stopped, refused, attacked = result.tally("noise", 0.9)
+    assert (refused, attacked) == (1, 2) and stopped == int(result.to_gray("B=1", "closed", "noise") >= 0.9)
+    assert "refused" in repr(result.table("mse"))
+    figure = result.heatmap("psnr")
+    assert [t.get_text() for t in figure.axes[0].texts].count("refused") == 1
+    assert result.weakest("none")[2] < 1e-6
+
+
+def test_keep_refusals_keeps_an_attack_that_refuses_everything(digits):
+    cases = {"B=2": [experiments.scenario(digits, "mlp", 2, seed=0, widths=(16,))]}
+    skipped = evaluation.matrix({"walk": {"attack": "walk_back"}}, {"none": {"defense": None}}, cases, metrics=("mse",), progress=False)
+    kept = evaluation.matrix({"walk": {"attack": "walk_back"}}, {"none": {"defense": None}}, cases, metrics=("mse",), progress=False,
+                             keep_refusals=True)
+    assert ("B=2", "walk") in skipped.skipped and ("B=2", "walk", "none") not in skipped.scores
+    assert kept.refused("B=2", "walk", "none") and kept.to_gray("B=2", "walk", "none") == pytest.approx(1.0)
+
+
+def test_train_snapshots_matches_train_and_keeps_the_sent_models(digits):
+    from gradcore import federated, models
+
+    train_set, test_set = federated.split_dataset(digits, 0.25, 0)
+    options = dict(clients=4, per_round=2, batch_size=8, lr=0.5, evaluate_every=2, seed=0, progress=False)
+    build = lambda: models.build("mlp", digits.shape, 10, seed=0, widths=(8,))  # noqa: E731
+    reference = build()
+    log = federated.train(reference, train_set, test_set, 5, defense="noise", defense_options={"sigma": 0.1}, defended_rounds=2,
+                          **options)
+    model = build()
+    initial = [p.detach().clone() for p in model.parameters()]
+    same, snapshots = federated.train_snapshots(model, train_set, test_set, 5, at=(0, 2, 4), defense="noise",
+                                                defense_options={"sigma": 0.1}, defended_rounds=2, **options)
+    assert same.rounds == log.rounds and same.accuracy == log.accuracy
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), reference.parameters()))
+    assert sorted(snapshots) == [0, 2, 4]
+    assert all(torch.equal(a, b) for a, b in zip(snapshots[0].parameters(), initial))
+    # The copy at round 4 is the model before the last step: one more step reaches the final model.
+    assert not all(torch.equal(a, b) for a, b in zip(snapshots[4].parameters(), model.parameters()))
+    with pytest.raises(ValueError, match="snapshot rounds"):
+        federated.train_snapshots(build(), train_set, test_set, 5, at=(5,), **options)
+
+
+def test_over_rounds_defends_only_the_defended_rounds(digits):
+    from gradcore import models
+
+    build = lambda: models.build("mlp", digits.shape, 10, seed=0, widths=(16,))  # noqa: E731
+    deployments = {"none": {"defense": None}, "noise first": {"defense": "noise", "sigma": 1.0, "defended_rounds": 2}}
+    runs = evaluation.deployment_runs(digits, build, deployments, 6, at=(0, 3), seed=0, clients=4, per_round=2, batch_size=8,
+                                      lr=0.5, evaluate_every=3, progress=False)
+    assert set(runs) == set(deployments) and sorted(runs["none"][1]) == [0, 3]
+    grid = evaluation.over_rounds({"closed": {"attack": "closed_form"}}, deployments, {k: v[1] for k, v in runs.items()}, digits,
+                                  images=1, progress=False)
+    assert grid.scenarios == ["round 0", "round 3"] and grid.defenses == ["none", "noise first"]
+    assert grid.to_gray("round 0", "closed", "none") < 1e-6 and grid.to_gray("round 3", "closed", "none") < 1e-6
+    assert grid.to_gray("round 0", "closed", "noise first") > 0.5  # defended: noise of standard deviation 1
+    assert grid.to_gray("round 3", "closed", "noise first") < 1e-6  # past the defended rounds: the raw gradient
+    assert grid.weakest("noise first")[:2] == ("round 3", "closed")
+
+
+def test_strength_sweep_stops_at_the_first_level_without_a_leak(digits):
+    cases = {"B=1": [experiments.scenario(digits, "mlp", 1, seed=0, widths=(16,))]}
+    attacks_ = {"closed": {"attack": "closed_form"}}
+    sweep, first = evaluation.strength_sweep(attacks_, cases, "noise", "sigma", (0.0, 1e-9, 10.0), level=0.9)
+    assert sweep.defenses == ["sigma 0", "sigma 1e-09", "sigma 10"]
+    assert sweep.to_gray("B=1", "closed", "sigma 0") < 1e-6 and first == 10.0
+    assert sweep.to_gray("B=1", "closed", "sigma 10") >= 0.9
+    never, none_found = evaluation.strength_sweep(attacks_, cases, "noise", "sigma", (0.0, 1e-9), level=0.9)
+    assert none_found is None and len(never.scores) == 2
+
+
+def test_strength_sweep_starts_from_an_existing_column(digits):
+    cases = {"B=1": [experiments.scenario(digits, "mlp", 1, seed=0, widths=(16,))]}
+    attacks_ = {"closed": {"attack": "closed_form"}}
+    first = evaluation.matrix(attacks_, {"weak": {"defense": "noise", "sigma": 1e-9}}, cases, metrics=("mse", "psnr"),
+                              progress=False)
+    sweep, stops = evaluation.strength_sweep(attacks_, cases, "noise", "sigma", (1e-9, 10.0), level=0.9, start=first,
+                                             start_label="weak")
+    assert sweep.scores[("B=1", "closed", "sigma 1e-09")] == first.scores[("B=1", "closed", "weak")]
+    assert stops == 10.0 and sweep.leaking("sigma 1e-09", 0.9) == 1 and sweep.leaking("sigma 10", 0.9) == 0
