@@ -7,6 +7,8 @@ attack on it with the truth attached for scoring.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -14,7 +16,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from . import attacks, data, gradients, models
+from . import attacks, data, gradients, metrics, models
 
 
 @dataclass
@@ -34,6 +36,10 @@ class Scenario:
     @property
     def batch_size(self) -> int:
         return len(self.inputs)
+
+    def alone(self, index: int) -> "Scenario":
+        """The client holding only sample ``index`` of this batch, with the same model."""
+        return Scenario(self.model, self.inputs[index : index + 1], self.labels[index : index + 1], self.loss, self.name)
 
     def gradient(self, defense: str | None = None, seed: int = 0, **defense_options) -> tuple:
         """The gradient the client shares, after ``defense`` (a :data:`gradcore.DEFENSES` name)."""
@@ -109,26 +115,42 @@ def scenarios(dataset: data.Dataset, model: str | Callable[[int], nn.Module], ba
             for i in range(count)]
 
 
-def label_accuracy(dataset: data.Dataset, method: str, trials: int, num_classes: int | None = None, seed: int = 0,
-                   progress: bool = True, device: str | torch.device = "cpu", **config) -> float:
-    """Share of single-sample trials whose label an attack gets right.
+def label_outcomes(dataset: data.Dataset, method: str, trials: int, num_classes: int | None = None, seed: int = 0,
+                   progress: bool = True, device: str | torch.device = "cpu", seeds=None, **config) -> dict[int, bool]:
+    """Whether an attack gets the label right, per single-sample trial, keyed by the trial's seed.
 
     Each trial draws a fresh sample and a freshly initialised LeNet (as in Zhao et al.,
-    2020, Table 1). ``method="idlg"`` reads the label off the output layer;
-    ``method="dlg"`` learns it jointly with the image for ``config``'s iterations.
+    2020, Table 1), both from the trial's seed ``seed, seed + 1, ...`` (or the given
+    ``seeds``, e.g. to rerun the trials a first method missed). ``method="idlg"`` reads the
+    label off the output layer; ``method="dlg"`` learns it jointly with the image for
+    ``config``'s iterations.
     """
-    infer: dict[str, Callable[[Scenario], torch.Tensor]] = {
-        "idlg": lambda case: attacks.infer_labels(case.model, case.gradient(), 1),
-        "dlg": lambda case: case.attack("dlg", known_labels=False, seed=case_seed, **config).labels,
+    infer: dict[str, Callable[[Scenario, int], torch.Tensor]] = {
+        "idlg": lambda case, case_seed: attacks.infer_labels(case.model, case.gradient(), 1),
+        "dlg": lambda case, case_seed: case.attack("dlg", known_labels=False, seed=case_seed, **config).labels,
     }
     if method not in infer:
         raise ValueError(f"unknown label method {method!r}; known: {', '.join(infer)}")
-    correct = 0
-    for trial in tqdm(range(trials), desc=f"{method} labels ({dataset.name})", disable=not progress, mininterval=2.0, ncols=80):
-        case_seed = seed + trial
+    seeds = list(range(seed, seed + trials)) if seeds is None else list(seeds)
+    outcomes = {}
+    for case_seed in tqdm(seeds, desc=f"{method} labels ({dataset.name})", disable=not progress, mininterval=2.0, ncols=80):
         case = scenario(dataset, "lenet", 1, seed=case_seed, num_classes=num_classes, device=device)
-        correct += int(infer[method](case).item() == case.labels.item())
-    return correct / trials
+        outcomes[case_seed] = bool(infer[method](case, case_seed).item() == case.labels.item())
+    return outcomes
+
+
+def label_accuracy(dataset: data.Dataset, method: str, trials: int, num_classes: int | None = None, seed: int = 0,
+                   progress: bool = True, device: str | torch.device = "cpu", **config) -> float:
+    """Share of single-sample trials whose label an attack gets right (see :func:`label_outcomes`)."""
+    outcomes = label_outcomes(dataset, method, trials, num_classes, seed, progress, device, **config)
+    return sum(outcomes.values()) / len(outcomes)
+
+
+def binomial_spread(share: float, trials: int) -> float:
+    """Standard error ``sqrt(p (1 - p) / n)`` of a share measured over ``trials`` independent trials."""
+    if not 0 <= share <= 1 or trials < 1:
+        raise ValueError(f"need a share in [0, 1] and at least one trial, got {share} and {trials}")
+    return math.sqrt(share * (1 - share) / trials)
 
 
 def first_below(history: dict, key: str, threshold: float) -> int | None:
@@ -137,6 +159,45 @@ def first_below(history: dict, key: str, threshold: float) -> int | None:
         if value < threshold:
             return iteration
     return None
+
+
+def steps_to_psnr(result: attacks.AttackResult, truth: torch.Tensor, threshold: float) -> int | None:
+    """First kept snapshot at which the reconstruction, clipped to [0, 1] and aligned, reaches ``threshold`` dB mean PSNR.
+
+    Clipping scores what a viewer would see: an unclipped dummy far outside the pixel range
+    prints a PSNR below 0 dB however close its shape is. Run the attack with
+    ``snapshots=range(iterations + 1)`` to resolve every step; None if it never gets there.
+    """
+    for step, images in result.snapshots:
+        order = metrics.align(images, truth)
+        if metrics.psnr(images[order].clamp(0, 1), truth).mean().item() >= threshold:
+            return step
+    return None
+
+
+def batch_slowdown(case: Scenario, threshold: float, iterations: int, alone_iterations: int, attack: str = "dlg",
+                   **config) -> tuple[int | None, list, attacks.AttackResult]:
+    """Steps a batch needs to reach ``threshold`` dB, and steps each of its samples needs alone.
+
+    Zhu et al. (2019) remark that a batch takes many more iterations than one image. The
+    comparison is fair: the same model, the same images, the same attack and labels; each
+    sample alone is :meth:`Scenario.alone`. Steps are counted on [0, 1]-clipped
+    reconstructions (:func:`steps_to_psnr`). Returns the batch's steps (None if it never
+    gets there within ``iterations``), the list of steps alone, and the batch's result
+    (with a snapshot at every step).
+    """
+    batch = case.attack(attack, snapshots=range(iterations + 1), **config)
+    alone = []
+    for index in range(case.batch_size):
+        single = case.alone(index)
+        alone.append(steps_to_psnr(single.attack(attack, snapshots=range(alone_iterations + 1), **config), single.inputs, threshold))
+    return steps_to_psnr(batch, case.inputs, threshold), alone, batch
+
+
+def keep_snapshots(result: attacks.AttackResult, steps) -> attacks.AttackResult:
+    """A copy of ``result`` that keeps only the snapshots at ``steps`` (for a figure)."""
+    wanted = set(steps)
+    return dataclasses.replace(result, snapshots=[(step, images) for step, images in result.snapshots if step in wanted])
 
 
 def final_table(sweeps: dict, key: str = "mse"):

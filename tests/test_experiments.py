@@ -47,3 +47,52 @@ def test_final_table_prints_a_diverged_run_as_diverged():
 
     table = experiments.final_table({"step": {"small": Run(2e-7, False), "large": Run(2.28e156, True)}}, "mse")
     assert table.rows == [["step", "small", "2e-07", ""], ["step", "large", "diverged (> 1000)", "diverged"]]
+
+
+def test_alone_is_one_sample_of_the_batch_with_the_same_model(digits):
+    case = experiments.scenario(digits, "mlp", 3, seed=0)
+    single = case.alone(1)
+    assert single.model is case.model and single.batch_size == 1
+    assert torch.equal(single.inputs, case.inputs[1:2]) and torch.equal(single.labels, case.labels[1:2])
+
+
+def test_label_outcomes_agree_with_label_accuracy_and_rerun_given_seeds(digits):
+    outcomes = experiments.label_outcomes(digits, "idlg", 4, seed=3, progress=False)
+    assert list(outcomes) == [3, 4, 5, 6] and all(outcomes.values())  # iDLG is exact for one sample
+    assert experiments.label_accuracy(digits, "idlg", 4, seed=3, progress=False) == 1.0
+    assert list(experiments.label_outcomes(digits, "idlg", 2, seeds=[9, 4], progress=False)) == [9, 4]
+    with pytest.raises(ValueError, match="unknown label method"):
+        experiments.label_outcomes(digits, "guess", 1, progress=False)
+
+
+def test_binomial_spread_is_the_standard_error_of_a_share():
+    assert experiments.binomial_spread(0.9, 100) == pytest.approx(0.03)
+    assert experiments.binomial_spread(1.0, 10) == 0.0
+    with pytest.raises(ValueError):
+        experiments.binomial_spread(1.5, 10)
+
+
+def _result_with(snapshots):
+    from gradcore.attacks import AttackResult
+
+    return AttackResult(snapshots[-1][1], None, {}, snapshots)
+
+
+def test_steps_to_psnr_clips_to_the_pixel_range_and_finds_the_first_step():
+    truth = torch.full((2, 1, 4, 4), 0.5, dtype=torch.float64)
+    # MSE 0.01 is 20 dB; an image far above 1 clips to 1 (MSE 0.25, about 6 dB) instead of scoring below 0 dB.
+    far, near, exact = truth + 100.0, truth + 0.1, truth.clone()
+    result = _result_with([(0, far), (1, near), (2, exact)])
+    assert experiments.steps_to_psnr(result, truth, 6.0) == 0
+    assert experiments.steps_to_psnr(result, truth, 19.9) == 1
+    assert experiments.steps_to_psnr(result, truth, 40.0) == 2
+    assert experiments.steps_to_psnr(_result_with([(0, far)]), truth, 20.0) is None
+    kept = experiments.keep_snapshots(result, [0, 2])
+    assert [step for step, _ in kept.snapshots] == [0, 2] and len(result.snapshots) == 3
+
+
+def test_batch_slowdown_counts_the_batch_and_each_sample_alone(digits):
+    case = experiments.scenario(digits, "linear_unit", 1, seed=0, dtype=torch.float64, distinct_labels=True)
+    batch_steps, alone, result = experiments.batch_slowdown(case, 30.0, 60, 60, optimiser="gd", init="rand", lr=0.01)
+    assert len(alone) == 1 and alone[0] == batch_steps  # a batch of one is its own sample alone
+    assert batch_steps is not None and 0 < batch_steps <= 60 and len(result.snapshots) == 61
