@@ -246,6 +246,7 @@ def test_censor_is_orthogonal_and_norm_preserving_at_any_scale(gradient, seed, l
 
 OPTIONS = {
     "none": st.just({}),
+    "withhold": st.just({}),
     "noise": st.fixed_dictionaries({"sigma": st.floats(0, 1e3)}),
     "clip": st.fixed_dictionaries({"bound": st.floats(1e-6, 1e6)}),
     "dp": st.fixed_dictionaries({"bound": st.floats(1e-6, 1e6), "sigma": st.floats(0, 1e3)}),
