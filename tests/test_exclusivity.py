@@ -263,12 +263,18 @@ def test_exclusive_sample_is_pinned():
     np.testing.assert_allclose(sample_basis[counts > 0], 0.0, atol=1e-12)
 
 
-def test_artifact_batch_refuses_bad_targets_and_bounds():
+
+def _secure_batch():
+    """A batch of 6 without exclusivity on a (16-3-32-5) network: room for artifact batches."""
     rng = np.random.default_rng(6)
     network = walkback.random_network((16, 3, 32, 5), rng)
     pool, pool_labels = _batch(rng, 100)
     index = ex.find_batch(network, pool, 6, "secure", rng)
-    batch, labels = pool[index], pool_labels[index]
+    return network, pool[index], pool_labels[index]
+
+
+def test_artifact_batch_refuses_bad_targets_and_bounds():
+    network, batch, labels = _secure_batch()
     # Issue 14: target=(99, 0) was an IndexError inside the module; reversed bounds an "infeasible" programme.
     with pytest.raises(ValueError, match="target sample must be between 0 and 5; got 99"):
         ex.artifact_batch(network, batch, labels, target=(99, 0))
@@ -310,11 +316,7 @@ def test_sparse_programme_matches_the_dense_null_space_one():
     """The artifact programme in sparse form reaches the optimum of the dense null-space form (the earlier code)."""
     from scipy.optimize import linprog
 
-    rng = np.random.default_rng(6)
-    network = walkback.random_network((16, 3, 32, 5), rng)
-    pool, pool_labels = _batch(rng, 100)
-    index = ex.find_batch(network, pool, 6, "secure", rng)
-    batch, labels = pool[index], pool_labels[index]
+    network, batch, labels = _secure_batch()
     artifact = ex.artifact_batch(network, batch, labels)
     sample_basis, input_basis = ex.perturbation_basis(network, batch, labels)
     mapping, direction = np.kron(sample_basis, input_basis), 1.0 - 2.0 * batch.ravel()
