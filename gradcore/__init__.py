@@ -4,16 +4,19 @@ The library behind the gradcore book. One module per concept:
 
 * :mod:`gradcore.data`: offline datasets (digits, photos, optional CIFAR/ImageNet);
 * :mod:`gradcore.models`: the attacked networks (linear unit, MLP, LeNet, ConvNet, ResNet);
-* :mod:`gradcore.gradients`: what a client computes and shares;
+* :mod:`gradcore.gradients`: what a client computes (gradients, local updates);
 * :mod:`gradcore.defenses`: what a client does to its gradient first (noise, clipping, top-k, Soteria, CENSOR);
+* :mod:`gradcore.client`: what a client shares: its gradient or update, after its defense;
 * :mod:`gradcore.federated`: Dirichlet non-i.i.d. clients and FedSGD with a defense on every update;
-* :mod:`gradcore.evaluation`: every attack against every defense, scored (plus the walk-back and EOT attacks);
-* :mod:`gradcore.attacks`: gradient inversion behind one result type;
-* :mod:`gradcore.inverting`: the cosine + total-variation attack of Inverting Gradients;
+* :mod:`gradcore.evaluation`: every attack against every defense, scored;
+* :mod:`gradcore.attacks`: every attack behind one contract, one module per family (matching, inverting,
+  analytic, exclusivity, regularised);
+* :mod:`gradcore.experiments`: scenarios (a client, its batch, the model) and the chapters' experiments;
 * :mod:`gradcore.linear`: the exact numpy analysis of the linear unit;
 * :mod:`gradcore.walkback`: Proposition 3.1, the exact walk-back through fully-connected layers;
-* :mod:`gradcore.exclusivity`: neuron exclusivity (Pan et al., 2022): ExAN analysis, deterministic batch attack, artifact batches;
-* :mod:`gradcore.minimal`: minimal model structure for input reconstruction (closed forms, counting, regularised matching);
+* :mod:`gradcore.exclusivity`: neuron exclusivity (Pan et al., 2022): ExAN analysis, secure boundary, artifact batches,
+  exclusivity reduction;
+* :mod:`gradcore.minimal`: minimal model structure for input reconstruction (closed forms, counting, deconvolution);
 * :mod:`gradcore.metrics`: MSE, PSNR, SSIM, LPIPS;
 * :mod:`gradcore.plots`: the book's figures;
 * :mod:`gradcore.claims`: paper-vs-reproduced tables that chapters assert on;
@@ -62,19 +65,23 @@ def setup(seed: int = 0, threads: int | None = 2, deterministic: bool = True) ->
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-from . import attacks, claims, data, defenses, evaluation, exclusivity, experiments, federated, gradients, inverting, linear, metrics, minimal, models, papers, plots, training, validation, walkback  # noqa: E402
+from . import (attacks, blas, claims, client, data, defenses, evaluation, exclusivity, experiments,  # noqa: E402
+               federated, gradients, linear, metrics, minimal, models, papers, plots, registry, training, validation,
+               walkback)
 from .attacks import ATTACKS, AttackResult, attack, infer_labels  # noqa: E402
 from .claims import Claims  # noqa: E402
 from .data import DATASETS  # noqa: E402
 from .defenses import DEFENSES, defend  # noqa: E402
-from .gradients import batch_gradient, per_sample_gradients, shared_gradient  # noqa: E402
+from .client import share, shared_gradient  # noqa: E402
+from .gradients import batch_gradient, per_sample_gradients  # noqa: E402
 from .metrics import METRICS  # noqa: E402
 from .models import MODELS  # noqa: E402
 from .validation import GradcoreError, GradcoreTypeError, GradcoreValueError  # noqa: E402
 
 __all__ = [
     "ATTACKS", "AttackResult", "Claims", "DATASETS", "DEFENSES", "GradcoreError", "GradcoreTypeError", "GradcoreValueError",
-    "METRICS", "MODELS", "attack", "attacks",
-    "batch_gradient", "claims", "data", "defend", "defenses", "experiments", "gradients", "infer_labels", "linear", "metrics",
-    "models", "papers", "per_sample_gradients", "plots", "setup", "shared_gradient",
+    "METRICS", "MODELS", "attack", "attacks", "batch_gradient", "blas", "claims", "client", "data", "defend", "defenses",
+    "evaluation", "exclusivity", "experiments", "federated", "gradients", "infer_labels", "linear", "metrics", "minimal",
+    "models", "papers", "per_sample_gradients", "plots", "registry", "setup", "share", "shared_gradient", "training",
+    "validation", "walkback",
 ]

@@ -208,8 +208,6 @@ def claims_in_notebook(path) -> list[dict]:
     """
     import json
 
-    from .reproducibility import TABLE_MIME
-
     notebook = json.loads(open(path, encoding="utf-8").read())
     found = []
     for cell in notebook.get("cells", []):

@@ -42,6 +42,17 @@ DEFENSES: Registry = Registry("defense")
 CONTEXT = ("model", "inputs", "labels", "loss")
 
 
+def context(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, loss: str | Callable = "cross_entropy") -> dict:
+    """What a defense may see besides the gradient: the client's model, batch and loss.
+
+    Only defenses that declare these arguments receive them (see :func:`defend`).
+    """
+    return {"model": model, "inputs": inputs, "labels": labels, "loss": loss}
+
+
+context_of = context  # inside functions whose ``context`` argument hides the module-level name
+
+
 def defend(gradient: Sequence[torch.Tensor], name: str, seed: int = 0, context: dict | None = None, **options) -> Gradient:
     """Apply the defense registered as ``name`` with a seeded generator.
 
@@ -503,7 +514,7 @@ def overhead(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, name:
     """
     if repeats < 1:
         raise check.GradcoreValueError(f"repeats must be at least 1, got {repeats}")
-    context = {"model": model, "inputs": inputs, "labels": labels, "loss": loss}
+    context = context_of(model, inputs, labels, loss)
     gradient_times, defense_times = [], []
     for repeat in range(repeats):
         start = time.perf_counter()
@@ -526,7 +537,7 @@ def overheads(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, spec
     """
     if repeats < 1:
         raise check.GradcoreValueError(f"repeats must be at least 1, got {repeats}")
-    context = {"model": model, "inputs": inputs, "labels": labels, "loss": loss}
+    context = context_of(model, inputs, labels, loss)
     gradient_times, defense_times = [], {label: [] for label in specs}
     for repeat in range(repeats):
         start = time.perf_counter()

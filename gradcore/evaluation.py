@@ -6,15 +6,7 @@ client shares, each applicable attack inverts it, and the reconstruction is scor
 against the private batch. It returns an :class:`Evaluation`, from which a chapter
 takes a table per metric and the data of a heat-map figure.
 
-Two attacks live here because they exist only for evaluating defenses:
-
-* ``walk_back``: the exact walk-back of Geiping et al. (2020, Prop. 3.1) behind the
-  attack contract (ReLU MLPs, one sample);
-* ``censor_eot``: the adaptive attacker of CENSOR (Zhang et al., NDSS 2025, Sec. V-D,
-  Table III): expectation over transformation. It imitates CENSOR's sampling, projects
-  and rescales its dummy's gradient the way the client would, averages over several
-  draws, and matches that average to the shared gradient by cosine + TV; for controls it
-  imitates Gaussian noise or nothing instead.
+The attacks it runs are the registered ones (:mod:`gradcore.attacks`).
 """
 
 from __future__ import annotations
@@ -28,113 +20,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from . import experiments, federated, plots
 from . import gradients as grads
 from . import metrics as quality
-from .attacks import ATTACKS, AttackResult, Observation, _empty_history, _recorder, attack
+from .attacks import AttackResult, attack
 from .claims import Table
-from .defenses import censor_candidate
-
-try:  # the exclusivity attack of Pan et al. (2022), where that module is present
-    from . import exclusivity  # noqa: F401
-except ImportError:
-    exclusivity = None
-from .inverting import inverting_gradients
-
-
-# ----------------------------------------------------------------------------------
-# Attacks used for evaluation
-# ----------------------------------------------------------------------------------
-
-
-def walk_back_attack(observation: Observation) -> AttackResult:
-    """Prop. 3.1 of Inverting Gradients as an attack: exact for one sample through a ReLU MLP.
-
-    Raises ``ValueError`` for a batch or a model outside ``[Flatten] Linear (ReLU Linear)*``
-    (the attack does not apply). A defended gradient can block the walk (no live row to
-    divide by); the attacker then has nothing and guesses uniform gray. Pixels are
-    clipped to [0, 1], the range the attacker knows.
-    """
-    from .walkback import walk_back_torch
-
-    if observation.batch_size != 1:
-        raise ValueError("the walk-back applies to one sample; a batch gives a mixture of its inputs")
-    result = walk_back_torch(observation.model, observation.gradient, observation.shape)
-    if result.recovered:
-        reconstruction = result.reconstruction.clamp(0, 1)
-    else:
-        reconstruction = torch.full((1, *observation.shape), 0.5, dtype=observation.gradient[0].dtype)
-    history = _empty_history(observation)
-    _recorder(observation, history)(0, 0.0, reconstruction)
-    return AttackResult(reconstruction.detach(), observation.labels, history, diverged=not result.recovered)
-
-
-def imitate_censor(gradient: Sequence[torch.Tensor], generator: torch.Generator, samples: int,
-                   projection: str = "exact") -> list[torch.Tensor]:
-    """The average of ``samples`` CENSOR candidates of ``gradient``, differentiable in it.
-
-    Each candidate is a normal draw projected onto the orthogonal complement of each layer
-    and rescaled to the layer's norm (:func:`gradcore.defenses.censor_candidate`); the
-    loss-based selection is not differentiable and is left out, as the paper's EOT
-    attacker leaves it out.
-    """
-    total = None
-    for _ in range(samples):
-        draws = [torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device) for g in gradient]
-        candidate = censor_candidate(tuple(gradient), draws, projection)
-        total = list(candidate) if total is None else [t + c for t, c in zip(total, candidate)]
-    return [t / samples for t in total]
-
-
-def imitate_noise(gradient: Sequence[torch.Tensor], generator: torch.Generator, samples: int, sigma: float) -> list[torch.Tensor]:
-    """The average of ``samples`` draws of ``gradient + N(0, sigma^2)``: EOT over Gaussian noise.
-
-    Its expectation is the gradient itself, so averaging recovers the signal: the control
-    transformation for :func:`censor_eot`, whose CENSOR imitation has expectation zero.
-    """
-    total = [torch.zeros_like(g) for g in gradient]
-    for _ in range(samples):
-        total = [t + g + sigma * torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device)
-                 for t, g in zip(total, gradient)]
-    return [t / samples for t in total]
-
-
-#: What the EOT attacker may imitate: the defense it believes the client deployed.
-IMITATIONS = ("censor", "noise", "none")
-
-
-def censor_eot(observation: Observation, iterations: int = 300, lr: float = 0.1, tv_weight: float = 1e-4, samples: int = 4,
-               projection: str = "exact", init: str = "rand", record_every: int = 10, imitate: str = "censor",
-               sigma: float = 0.01) -> AttackResult:
-    """Cosine + TV matching of the shared gradient against a defense's expected transformation.
-
-    Each step draws ``samples`` fresh transformations of the dummy's gradient, averages
-    them (expectation over transformation, Athalye et al., 2018) and takes a signed Adam
-    step on the cosine distance to the shared gradient plus ``tv_weight`` times the total
-    variation: the Inverting Gradients attack with that average as its gradient transform.
-    CENSOR's adaptive attacker (Zhang et al., NDSS 2025, Sec. V-D, Table III) imitates
-    CENSOR (``imitate="censor"``); the same attacker facing no defense imitates nothing
-    (``"none"``, plain cosine + TV), and facing Gaussian noise imitates it (``"noise"``
-    with ``sigma``): the controls that show the machinery recovers images where the
-    imitated transformation keeps the gradient in expectation.
-    """
-    if imitate not in IMITATIONS:
-        raise ValueError(f"the EOT attacker imitates one of {', '.join(IMITATIONS)}, got {imitate!r}")
-    if samples < 1:
-        raise ValueError(f"EOT needs at least one sample, got {samples}")
-
-    def expected_censor(gradient, generator):
-        return imitate_censor(gradient, generator, samples, projection)
-
-    def expected_noise(gradient, generator):
-        return imitate_noise(gradient, generator, samples, sigma)
-
-    transform = {"censor": expected_censor, "noise": expected_noise, "none": None}[imitate]
-    return inverting_gradients(observation, iterations=iterations, lr=lr, tv_weight=tv_weight, init=init,
-                               transform=transform, record_every=record_every)
-
-
-ATTACKS.add("walk_back", walk_back_attack)
-ATTACKS.add("censor_eot", censor_eot)
 
 
 # ----------------------------------------------------------------------------------
@@ -277,8 +167,6 @@ class Evaluation:
 
     def heatmap(self, metric: str = "psnr", title: str = "", vmax: float | None = 30.0, **options):
         """:meth:`over_gray` as a heat-map; cells where the attack refused read "refused", blank cells are n/a."""
-        from . import plots
-
         gains, labels, columns = self.over_gray(metric)
         figure = plots.heatmap(gains, labels, columns, title, vmax=vmax, **options)
         rows = [(s, a) for s in self.scenarios for a in self.attacks if any((s, a, d) in self.scores for d in self.defenses)]
@@ -516,8 +404,6 @@ def architecture_utility(dataset, build, rounds: int, seed: int = 0, test_fracti
     The same split, client sampling and server steps as :func:`gradcore.federated.compare`
     (``options`` go to :func:`gradcore.federated.train`), so its log compares directly.
     """
-    from . import federated
-
     train_set, test_set = federated.split_dataset(dataset, test_fraction, seed)
     return federated.train(build(), train_set, test_set, rounds, seed=seed, progress=progress, **options)
 
@@ -537,8 +423,6 @@ def deployment_runs(dataset, build, deployments: Mapping[str, Mapping], rounds: 
     rounds only, CENSOR's deployment; ``None``: every round). ``options`` go to
     :func:`gradcore.federated.train_snapshots`. Returns ``{label: (FederatedLog, {t: model})}``.
     """
-    from . import federated
-
     train_set, test_set = federated.split_dataset(dataset, test_fraction, seed)
     runs = {}
     for label, spec in deployments.items():
@@ -563,8 +447,6 @@ def over_rounds(attacks: Mapping[str, Mapping], deployments: Mapping[str, Mappin
     deployment is weakest.
     """
     import copy
-
-    from . import experiments
 
     rounds = sorted({t for runs in snapshots.values() for t in runs})
     result = Evaluation([f"round {t}" for t in rounds], list(attacks), list(deployments), list(metrics))

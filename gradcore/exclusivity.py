@@ -58,7 +58,6 @@ is the output of linear layer ``i - 1``.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -72,10 +71,10 @@ from scipy.sparse.csgraph import connected_components
 from torch import nn
 
 from . import data as datasets
-from . import attacks, models, training, walkback
+from . import models, training, walkback
 from . import gradients as grads
 from . import validation as check
-from .attacks import ATTACKS, AttackResult, Observation, _empty_history, _recorder
+from .blas import single_thread
 from .walkback import DenseNetwork
 
 STATES = ("insecure", "secure", "neither")
@@ -520,58 +519,6 @@ def relative_error(recovered: np.ndarray, truth: np.ndarray) -> float:
     return float((cost[rows, columns] / scale).max())
 
 
-@ATTACKS.register("exclusivity")
-def exclusivity_attack(observation: Observation, tolerance: float | None = None) -> AttackResult:
-    """The deterministic attack of Pan et al. (2022, Sec. 5) on a torch ReLU MLP, as a registered attack.
-
-    The model must be ``[Flatten] Linear (ReLU Linear)*`` with biased hidden layers, trained
-    with cross-entropy; the gradient is converted to float64 numpy and :func:`reconstruct`
-    runs on it. The batch size comes from the observation; given labels are ignored (the
-    attack reads them off the gradient).
-
-    Parameters
-    ----------
-    tolerance : float, optional
-        Column-grouping tolerance; by default ``1e-12`` for a float64 gradient, ``1e-5``
-        for lower precision (whose round-off bends parallel columns apart by ~1e-7).
-
-    Raises
-    ------
-    NotInsecureError
-        The batch is not insecure; also for a model after exclusivity reduction (a first
-        hidden layer without ReLU), whose first layer has no exclusive neuron for ``M >= 2``.
-    """
-    if observation.loss != "cross_entropy":
-        raise check.GradcoreValueError(f"the exclusivity attack reads cross-entropy loss vectors; got loss {observation.loss!r}")
-    _refuse_reduced(observation.model, observation.batch_size)
-    network = walkback.from_torch(observation.model)
-    pairs = walkback.gradient_pairs_from_torch(observation.model, observation.gradient)
-    if math.prod(observation.shape) != network.widths[0]:
-        raise check.GradcoreValueError(f"an input of shape {observation.shape} has {math.prod(observation.shape)} entries, but the first "
-                                       f"Linear layer takes {network.widths[0]}")
-    if tolerance is None:
-        tolerance = 1e-12 if observation.gradient[0].dtype == torch.float64 else 1e-5
-    recovery = reconstruct(network, pairs, observation.batch_size, tolerance)
-    reference = observation.gradient[0]
-    reconstruction = torch.as_tensor(recovery.inputs, dtype=reference.dtype, device=reference.device)
-    reconstruction = reconstruction.reshape(observation.batch_size, *observation.shape)
-    history = _empty_history(observation)
-    _recorder(observation, history)(0, recovery.gradient_residual, reconstruction)
-    labels = torch.as_tensor(recovery.labels, dtype=torch.int64, device=reference.device)
-    return AttackResult(reconstruction, labels, history)
-
-
-def _refuse_reduced(model: nn.Module, batch_size: int) -> None:
-    """A clear refusal for the reduced architecture ``[Flatten] Linear Linear ...`` (Sec. 6)."""
-    modules = [module for module in model if not isinstance(module, nn.Flatten)] if isinstance(model, nn.Sequential) else []
-    if len(modules) >= 2 and isinstance(modules[0], nn.Linear) and isinstance(modules[1], nn.Linear):
-        if batch_size >= 2:
-            raise NotInsecureError(f"not insecure: the first hidden layer has no ReLU (exclusivity reduction), so all "
-                                   f"{batch_size} samples pass all its {modules[0].out_features} units and none is exclusive")
-        raise check.GradcoreValueError("the exclusivity attack needs a ReLU after every hidden Linear layer; for a single sample "
-                                       "use the 'closed_form' attack")
-
-
 # ----------------------------------------------------------------------------------
 # Surveys: how often a batch is insecure, and whether the attack agrees
 # ----------------------------------------------------------------------------------
@@ -661,15 +608,6 @@ def find_batch(network: DenseNetwork, images: np.ndarray, batch_size: int, state
     raise check.GradcoreValueError(f"no {wanted} batch of size {batch_size} in {tries} draws on widths {network.widths}")
 
 
-def _single_thread():
-    """BLAS on one thread: these matrices are small, and two cores shared between processes thrash otherwise."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # optional: only speed depends on it
-        return contextlib.nullcontext()
-    return threadpool_limits(1)
-
-
 def survey_widths(dataset: datasets.Dataset, widths: Sequence[int], batch_sizes: Sequence[int], trials: int, seed: int = 0,
                   epochs: int = 0, lr: float = 1e-3) -> tuple[dict, dict]:
     """:func:`survey` of ``models.build("mlp", widths=(w, w))`` for each ``w``, at initialisation or after ``epochs`` of training.
@@ -689,7 +627,7 @@ def survey_widths(dataset: datasets.Dataset, widths: Sequence[int], batch_sizes:
         if epochs:
             training.train(model, dataset, epochs=epochs, lr=lr, seed=seed, progress=False)
         accuracies[width] = training.accuracy(model, dataset)
-        with _single_thread():
+        with single_thread():
             points[width] = survey(walkback.from_torch(model), images, labels, batch_sizes, trials, np.random.default_rng(seed))
     return points, accuracies
 
@@ -867,7 +805,7 @@ def perturbation_sweep(dataset: datasets.Dataset, widths: Sequence[int], second_
     labels = dataset.labels.numpy()
     rng = np.random.default_rng(seed)
     rows = []
-    with _single_thread():
+    with single_thread():
         for width in widths:
             network = walkback.from_torch(models.build("mlp", dataset.shape, dataset.num_classes, seed=seed, widths=(width, second_width)))
             indices = [find_batch(network, images, batch_size, "secure", rng) for _ in range(batches)]
@@ -892,7 +830,7 @@ def figure5_artifact(dataset: datasets.Dataset, widths: Sequence[int], batch_siz
     """
     images = dataset.images.reshape(len(dataset), -1).double().numpy()
     network = walkback.from_torch(models.build("mlp", dataset.shape, dataset.num_classes, seed=seed, widths=tuple(widths)))
-    with _single_thread():
+    with single_thread():
         index = find_batch(network, images, batch_size, "secure", rng)
         return index, artifact_batch(network, images[index], dataset.labels[index].numpy())
 
@@ -902,62 +840,6 @@ def artifact_rows(dataset: datasets.Dataset, index: np.ndarray, artifact: Artifa
     truth = dataset.images[index]
     images = torch.as_tensor(artifact.inputs, dtype=torch.float32).reshape(truth.shape)
     return truth, [("artifact", images), ("|difference|", (images - truth).abs())]
-
-
-@dataclass
-class LearningSweep:
-    """Result of :func:`learning_attack_sweep`: per width and batch size, the optimisation attack's PSNRs."""
-
-    psnr: dict  # {width: {batch size: [mean PSNR of each batch]}}
-    threshold: float  # dB: a batch counts as recovered at or above it
-
-    def recovered(self, width: int, batch_size: int) -> float:
-        """Share of the batches recovered (mean PSNR at least :attr:`threshold`)."""
-        values = self.psnr[width][batch_size]
-        return float(np.mean([value >= self.threshold for value in values]))
-
-    def by_batch(self) -> dict:
-        """``{batch size: recovered share}``, pooled over the widths."""
-        sizes = next(iter(self.psnr.values()))
-        return {size: float(np.mean([self.recovered(width, size) for width in self.psnr])) for size in sizes}
-
-    def by_width(self) -> dict:
-        """``{width: recovered share}``, pooled over the batch sizes."""
-        return {width: float(np.mean([self.recovered(width, size) for size in sizes])) for width, sizes in self.psnr.items()}
-
-
-def learning_attack_sweep(dataset: datasets.Dataset, widths: Sequence[int], batch_sizes: Sequence[int], trials: int,
-                          attack_config: dict, seed: int = 0, threshold: float = 40.0) -> LearningSweep:
-    """How a learning-based attack fares across widths and batch sizes (Pan et al., Theorem 1's trend).
-
-    Theorem 1 bounds the average reconstruction error of learning-based attacks: the bound
-    grows with the batch size and the input dimension and shrinks as the layers widen. Here
-    DLG (``gradcore.attack("dlg", ...)`` with the labels given and ``attack_config``) attacks
-    ``trials`` random batches per batch size on float64 ``(d0-w-w-K)`` ReLU FCNs, one per width;
-    batch ``t`` of size ``M`` is ``dataset.batch(M, seed=seed * 1000 + t)``, the same for every width.
-    """
-    check.positive_int("trials", trials)
-    check.integers("batch_sizes", batch_sizes, low=1)
-    psnr: dict = {}
-    for width in widths:
-        model = models.build("mlp", dataset.shape, dataset.num_classes, seed=seed, widths=(width, width)).double()
-        psnr[width] = {}
-        for size in batch_sizes:
-            values = []
-            for trial in range(trials):
-                inputs, labels = dataset.batch(size, seed=seed * 1000 + trial)
-                inputs = inputs.double()
-                gradient = grads.batch_gradient(model, inputs, labels)
-                result = attacks.attack("dlg", model, gradient, shape=dataset.shape, batch_size=size, labels=labels, truth=inputs,
-                                        seed=seed, progress=False, **attack_config)
-                values.append(float(result.score(inputs, "psnr").mean()))
-            psnr[width][size] = values
-    return LearningSweep(psnr, threshold)
-
-
-# ----------------------------------------------------------------------------------
-# Exclusivity reduction (Sec. 6) and the hybrid attack on CNNs (Sec. 5, Fig. 4)
-# ----------------------------------------------------------------------------------
 
 
 def reduced_mlp(shape: Sequence[int], num_classes: int, widths: Sequence[int], seed: int = 0, reduce: bool = True) -> nn.Sequential:
@@ -1031,62 +913,3 @@ def split_head(model: nn.Sequential) -> int:
     if start >= len(modules) or start == 0:
         raise check.GradcoreValueError("no trunk + fully-connected head split found: the model must end on Linear/ReLU layers after a trunk")
     return start
-
-
-@ATTACKS.register("exclusivity_hybrid")
-def hybrid_attack(observation: Observation, iterations: int = 100, tolerance: float | None = None,
-                  max_iter: int = 20) -> AttackResult:
-    """The two-stage attack on a CNN ``f = head . trunk`` (Pan et al., 2022, Sec. 5, Fig. 4).
-
-    1. The head is an FCN whose gradient is the average gradient of its own input, the
-       trunk's feature maps: :func:`reconstruct` recovers each sample's feature map and label.
-    2. Each input is found by feature matching, ``min_x ||trunk(x) - feature_m||^2`` with
-       ``x`` in ``[0, 1]`` (L-BFGS on a sigmoid parameterisation), one sample at a time in
-       one batched objective.
-
-    Parameters
-    ----------
-    iterations : int
-        L-BFGS steps of the feature matching (``max_iter`` evaluations each).
-    tolerance : float, optional
-        Of :func:`loss_groups`; by default by dtype, as in :func:`exclusivity_attack`.
-
-    Raises
-    ------
-    NotInsecureError
-        The batch is not insecure for the head.
-    """
-    model = observation.model
-    start = split_head(model)
-    trunk, head = model[:start], model[start:]
-    head_parameters = list(head.parameters())
-    positions = {id(parameter): index for index, parameter in enumerate(model.parameters())}
-    head_gradient = tuple(observation.gradient[positions[id(parameter)]] for parameter in head_parameters)
-    head_observation = Observation(head, head_gradient, (head[0].in_features,), observation.batch_size, loss=observation.loss,
-                                   progress=False)
-    features = exclusivity_attack(head_observation, tolerance=tolerance)
-    reference = observation.gradient[0]
-    target = features.reconstruction.to(reference.dtype)
-    generator = torch.Generator().manual_seed(observation.seed)
-    logits = torch.randn((observation.batch_size, *observation.shape), generator=generator).to(reference.device, reference.dtype)
-    logits.requires_grad_(True)
-    optimizer = torch.optim.LBFGS([logits], lr=1.0, max_iter=max_iter, history_size=100, line_search_fn="strong_wolfe")
-
-    def distance() -> torch.Tensor:
-        return (trunk(torch.sigmoid(logits)).flatten(1) - target).pow(2).sum()
-
-    def closure():
-        optimizer.zero_grad()
-        value = distance()
-        value.backward()
-        return value
-
-    history = _empty_history(observation)
-    record = _recorder(observation, history)
-    with torch.no_grad():
-        record(0, distance().item(), torch.sigmoid(logits))
-    for iteration in range(1, iterations + 1):
-        optimizer.step(closure)
-        with torch.no_grad():
-            record(iteration, distance().item(), torch.sigmoid(logits))
-    return AttackResult(torch.sigmoid(logits).detach(), features.labels, history)

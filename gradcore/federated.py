@@ -21,8 +21,7 @@ from torch import nn
 from tqdm import tqdm
 
 from . import data as datasets
-from . import gradients
-from .defenses import defend
+from . import client, models
 from .training import accuracy
 
 
@@ -119,7 +118,6 @@ def compare(dataset: datasets.Dataset, model: str, defenses: dict, rounds: int, 
     rounds (Zhang et al., Sec. III) while the baselines run in every round.
     Returns ``{label: FederatedLog}``.
     """
-    from . import models
 
     train_set, test_set = split_dataset(dataset, test_fraction, seed)
     logs = {}
@@ -176,7 +174,7 @@ def train_snapshots(model: nn.Module, train_set: datasets.Dataset, test_set: dat
             pick = rng.choice(own, size=min(batch_size, len(own)), replace=False)
             inputs = train_set.images[pick].to(device, dtype)
             labels = train_set.labels[pick].to(device)
-            update = gradients.shared_gradient(model, inputs, labels, loss, defense if defended else None,
+            update = client.shared_gradient(model, inputs, labels, loss, defense if defended else None,
                                                seed=int(rng.integers(2**31)), **((defense_options or {}) if defended else {}))
             total = [t + u for t, u in zip(total, update)]
         with torch.no_grad():

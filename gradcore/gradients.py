@@ -1,9 +1,8 @@
-"""What a federated client computes and shares.
+"""What a federated client computes: gradients, per-sample gradients, local updates.
 
 A gradient is a tuple of tensors, one per trainable parameter, in
-``model.parameters()`` order. ``shared_gradient`` is the single entry point for
-"what the server sees": the batch-averaged gradient, optionally passed through a
-defense from :mod:`gradcore.defenses`.
+``model.parameters()`` order. What the client then *shares*, after its defense, is
+:func:`gradcore.client.shared_gradient` (the single entry point for "what the server sees").
 """
 
 from __future__ import annotations
@@ -46,6 +45,14 @@ def trainable(model: nn.Module) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
+def parameter_index(model: nn.Module, parameter: torch.Tensor) -> int:
+    """Position of ``parameter`` among ``model``'s trainable parameters: its entry in a shared gradient."""
+    for index, candidate in enumerate(trainable(model)):
+        if candidate is parameter:
+            return index
+    raise check.GradcoreValueError("that layer's parameters are not trainable, so the gradient holds nothing for them")
+
+
 def batch_gradient(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss: str | Callable = "cross_entropy",
                    create_graph: bool = False) -> Gradient:
     """Gradient of the batch-mean loss with respect to every trainable parameter.
@@ -53,7 +60,7 @@ def batch_gradient(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor
     ``create_graph=True`` keeps the graph so the result can itself be differentiated
     with respect to ``inputs``, which is what every gradient-matching attack does.
     Its arguments are not checked: it runs inside every attack's loop. The checked entry
-    points are :func:`shared_gradient`, :func:`per_sample_gradients` and :func:`local_update`.
+    points are :func:`gradcore.client.shared_gradient`, :func:`per_sample_gradients` and :func:`local_update`.
     """
     objective = loss_function(loss)(model(inputs), targets)
     return tuple(torch.autograd.grad(objective, trainable(model), create_graph=create_graph))
@@ -65,7 +72,7 @@ def per_sample_gradients(model: nn.Module, inputs: torch.Tensor, targets: torch.
     Their mean over the batch equals :func:`batch_gradient` for mean-reduced losses.
     The model must not use batch statistics (no batch norm in training mode).
     """
-    _check_batch(model, inputs, targets, loss)
+    check_batch(model, inputs, targets, loss)
     from torch.func import functional_call, grad, vmap
 
     names = [name for name, p in model.named_parameters() if p.requires_grad]
@@ -79,42 +86,6 @@ def per_sample_gradients(model: nn.Module, inputs: torch.Tensor, targets: torch.
 
     gradients = vmap(grad(single), in_dims=(None, 0, 0))(params, inputs, targets)
     return tuple(gradients[name] for name in names)
-
-
-def shared_gradient(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss: str | Callable = "cross_entropy",
-                    defense: str | None = None, seed: int = 0, **defense_options) -> Gradient:
-    """The update a federated client sends: the batch-averaged gradient, defended.
-
-    Parameters
-    ----------
-    defense : str, optional
-        Name in :data:`gradcore.defenses.DEFENSES` (e.g. ``"noise"``, ``"clip"``);
-        ``None`` shares the raw gradient, as in Zhu et al. (2019).
-    seed : int
-        Seed of any randomness in the defense.
-    **defense_options
-        Passed to the defense, e.g. ``sigma=0.01`` or ``bound=1.0``.
-
-    Raises
-    ------
-    GradcoreValueError, GradcoreTypeError
-        Inputs the model cannot take (shape, dtype, device, an empty batch, NaN), labels
-        that do not fit the loss and the model's outputs, or a defense option of the wrong
-        type or range; checked before anything is computed.
-    """
-    _check_batch(model, inputs, targets, loss)
-    if defense is not None:
-        from .defenses import DEFENSES, check_options
-
-        check.integer("seed", seed)
-        check_options(defense, DEFENSES[defense], defense_options)
-    gradient = tuple(g.detach() for g in batch_gradient(model, inputs, targets, loss))
-    if defense is None:
-        return gradient
-    from .defenses import defend
-
-    context = {"model": model, "inputs": inputs, "labels": targets, "loss": loss}  # only defenses that declare them see these
-    return defend(gradient, defense, seed=seed, context=context, **defense_options)
 
 
 def validate(gradient: Sequence[torch.Tensor], model: nn.Module) -> Gradient:
@@ -133,7 +104,7 @@ def validate(gradient: Sequence[torch.Tensor], model: nn.Module) -> Gradient:
     return gradient
 
 
-def _check_batch(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss: str | Callable) -> None:
+def check_batch(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss: str | Callable) -> None:
     """What every client-side entry point checks: the model, a batch it can take, and targets that fit the loss."""
     check.loss("loss", loss)
     outputs = check.inputs_for(model, inputs)
@@ -182,7 +153,7 @@ def local_update(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, 
     shares ``theta_0 - theta_K``. Geiping et al. (2020, Sec. 5) attack exactly this. The
     model itself is left unchanged.
     """
-    _check_batch(model, inputs, targets, loss)
+    check_batch(model, inputs, targets, loss)
     check.number("lr", lr, low=0, low_open=True)
     check.positive_int("epochs", epochs)
     check.integer("local batch size", batch_size, low=1, high=len(inputs), allow_none=True)

@@ -61,9 +61,11 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from . import attacks, models
+from . import models
 from . import gradients as grads
 from . import validation as check
+from .blas import single_thread
+from .claims import Table
 from .registry import Registry
 
 # ----------------------------------------------------------------------------------
@@ -308,23 +310,9 @@ def first_layer_gradients(model: nn.Module, gradient: Sequence[torch.Tensor], af
         if seen and isinstance(module, nn.Linear):
             if module.bias is None:
                 raise check.GradcoreValueError("the closed form needs a bias in the first fully-connected layer")
-            pick = lambda p: tuple(gradient)[attacks._parameter_index(model, p)].detach().double().cpu().numpy()
+            pick = lambda p: tuple(gradient)[grads.parameter_index(model, p)].detach().double().cpu().numpy()
             return pick(module.weight), pick(module.bias)
     raise check.GradcoreValueError("the model has no fully-connected layer" + (f" after a {after.__name__}" if after else ""))
-
-
-@attacks.ATTACKS.register("minimal_mlp")
-def minimal_mlp(observation: attacks.Observation, tolerance: float = 1e-8) -> attacks.AttackResult:
-    """The Sec. 2.2 closed form as an attack: one instance from the first Linear layer, least squares over usable rows."""
-    if observation.batch_size != 1:
-        raise check.GradcoreValueError(f"the closed form recovers one instance; a batch of {observation.batch_size} needs 'regularised_matching'")
-    weight_gradient, bias_gradient = first_layer_gradients(observation.model, observation.gradient)
-    recovered = first_layer_inversion(weight_gradient, bias_gradient, tolerance).input
-    reference = observation.gradient[0]
-    reconstruction = torch.as_tensor(recovered, dtype=reference.dtype, device=reference.device).reshape(1, *observation.shape)
-    history = attacks._empty_history(observation)
-    attacks._recorder(observation, history)(0, 0.0, reconstruction)
-    return attacks.AttackResult(reconstruction, observation.labels, history)
 
 
 # ----------------------------------------------------------------------------------
@@ -442,7 +430,7 @@ def conv_counting(width: int, channels: int, kernels: int, kernel_size: int, pad
         if weight.shape != (kernels, channels, kernel_size, kernel_size):
             raise check.GradcoreValueError(f"weight must be shaped (h, C, k, k) = {(kernels, channels, kernel_size, kernel_size)}; "
                                            f"got {weight.shape}")
-        rank, _ = _svd_solve(convolution_matrix(weight, width, padding, stride))
+        rank, _ = svd_solve(convolution_matrix(weight, width, padding, stride))
     return ConvCount(width, channels, kernels, kernel_size, stride, padding, batch_size, out, out * out * batch_size * kernels,
                      width * width * batch_size * channels, needed, dense_units, bool(demixes and kernels >= needed), rank)
 
@@ -474,14 +462,12 @@ def _svd(matrix: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     except torch.linalg.LinAlgError:
         from scipy.linalg import svd
 
-        from .exclusivity import _single_thread
-
-        with _single_thread():
+        with single_thread():
             u, singular, vt = svd(np.asarray(matrix, dtype=np.float64), full_matrices=False, lapack_driver="gesvd")
         return torch.as_tensor(u), torch.as_tensor(singular), torch.as_tensor(vt)
 
 
-def _svd_solve(system: np.ndarray, target: np.ndarray | None = None):
+def svd_solve(system: np.ndarray, target: np.ndarray | None = None):
     """Rank (numpy's tolerance), minimum-norm least-squares solution and largest singular value, from one SVD.
 
     Rows that are exactly zero carry no equation (``0 = t``): they are dropped before the
@@ -511,8 +497,6 @@ def solvability_table(configurations: Sequence[dict], seed: int = 0, largest_ran
     column checks the count against linear algebra: a full-rank convolution matrix is what
     least-squares deconvolution actually needs (computed up to ``largest_rank`` unknowns).
     """
-    from .claims import Table
-
     rng, rows = np.random.default_rng(seed), []
     for configuration in configurations:
         shape = (configuration["kernels"], configuration["channels"], configuration["kernel_size"], configuration["kernel_size"])
@@ -571,7 +555,7 @@ def deconvolve(layer: nn.Conv2d, activated: np.ndarray, activation: str, width: 
     if not usable.any():
         raise check.GradcoreValueError("blocked: every convolution output is saturated or inactive, so none can be inverted")
     system, target = matrix[usable], target[usable]
-    rank, least_squares, largest = _svd_solve(system, target)
+    rank, least_squares, largest = svd_solve(system, target)
     if largest == 0:
         raise check.GradcoreValueError("blocked: every usable convolution output sees only the zero padding, so its equation "
                                        "carries nothing about the input")
@@ -639,37 +623,6 @@ def two_step(model: nn.Module, gradient: Sequence[torch.Tensor], shape: Sequence
     return TwoStep(deconvolution.input.reshape(shape), demixed.input, deconvolution, demixed)
 
 
-def two_step_attack(model: nn.Module, gradient: Sequence[torch.Tensor], shape: Sequence[int], truth: torch.Tensor | None = None,
-                    method: str = "auto", iterations: int = 2000) -> attacks.AttackResult:
-    """:func:`two_step` behind the attacks' result type (one instance), timed like :func:`gradcore.attack`.
-
-    Not in :data:`gradcore.ATTACKS`: it needs a convolutional model, which the registry's
-    common contract (any attack on any MLP) cannot offer.
-    """
-    gradient = grads.validate(gradient, model)
-    check.input_shape("shape", shape)
-    observation = attacks.Observation(model, gradient, tuple(shape), 1, truth=truth)
-    start = time.perf_counter()
-    result = two_step(model, gradient, shape, method, iterations)
-    reconstruction = torch.as_tensor(result.input, dtype=gradient[0].dtype, device=gradient[0].device).reshape(1, *shape)
-    history = attacks._empty_history(observation)
-    attacks._recorder(observation, history)(0, 0.0, reconstruction)
-    return attacks.AttackResult(reconstruction, None, history, attack="two_step", seconds=time.perf_counter() - start)
-
-
-def cnn_case(dataset, seed: int = 0, **options):
-    """A one-instance :class:`gradcore.experiments.Scenario` on a seeded float64 :func:`conv_mlp`."""
-    from .experiments import scenario
-
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
-        model = conv_mlp(dataset.shape, dataset.num_classes, **options)
-    finally:
-        torch.random.set_rng_state(state)
-    return scenario(dataset, model, 1, seed=seed, dtype=torch.float64)
-
-
 def conv_mlp(shape: Sequence[int], num_classes: int, kernels: int = 4, kernel_size: int = 3, stride: int = 1, padding: int = 1,
              hidden: int | None = 32, activation: str = "sigmoid") -> nn.Sequential:
     """One convolution, then (``hidden`` units of) a dense layer, then the output: Qian et al.'s CNN.
@@ -711,69 +664,6 @@ def batch_span_residual(weight_gradient: np.ndarray, inputs: np.ndarray, toleran
     return float((np.linalg.norm(residual, axis=1) / np.linalg.norm(inputs, axis=1)).max())
 
 
-def _orthogonality(batch: torch.Tensor) -> torch.Tensor:
-    flat = batch.flatten(1)
-    gram = flat @ flat.T
-    return gram.pow(2).sum() - gram.diagonal().pow(2).sum()
-
-
-REGULARISERS: Registry = Registry("regulariser")
-REGULARISERS.add("none", lambda batch: batch.new_zeros(()))
-REGULARISERS.add("orthogonality", _orthogonality)  # sum over k != k' of (x_k . x_k')^2
-# The same on centred images (each minus its own mean pixel): images with non-negative pixels
-# cannot be orthogonal, their centred versions can (then the penalty asks them to be uncorrelated).
-REGULARISERS.add("orthogonality_centred", lambda batch: _orthogonality(batch.flatten(1) - batch.flatten(1).mean(1, keepdim=True)))
-REGULARISERS.add("l2", lambda batch: batch.pow(2).sum())  # sum over k of x_k . x_k
-
-
-@attacks.ATTACKS.register("regularised_matching")
-def regularised_matching(observation: attacks.Observation, regulariser: str = "none", weight: float = 1e-3, optimiser: str = "adam",
-                         iterations: int = 300, lr: float = 0.1, init: str = "randn", init_scale: float = 1.0, max_iter: int = 20,
-                         line_search: str | None = "strong_wolfe", record_every: int = 10, snapshots: Sequence[int] = ()) -> attacks.AttackResult:
-    """Batch reconstruction as optimisation: ``L(x_hat) + lambda R(x_hat)`` (Qian et al., Sec. 2.1 and Algorithm 3).
-
-    ``L`` is the Euclidean gradient distance of DLG, ``R`` one of :data:`REGULARISERS`.
-    Labels are the given ones, else read off the output layer (iDLG).
-
-    Parameters
-    ----------
-    regulariser : {"none", "orthogonality", "l2"}
-    weight : float
-        ``lambda``.
-    optimiser : {"adam", "lbfgs", "gd"}
-        For L-BFGS one iteration makes up to ``max_iter`` evaluations.
-    init, init_scale : str, float
-        Dummy initialisation (see :data:`gradcore.attacks.INITIALISERS`), multiplied by
-        ``init_scale``; a large scale saturates sigmoids from the start.
-    """
-    penalty = REGULARISERS[regulariser]
-    labels = observation.labels
-    if labels is None:
-        labels = attacks.infer_labels(observation.model, observation.gradient, observation.batch_size)
-    generator = torch.Generator().manual_seed(observation.seed)
-    dtype, device = observation.gradient[0].dtype, observation.gradient[0].device
-    start = attacks.INITIALISERS[init]((observation.batch_size, *observation.shape), generator) * init_scale
-    dummy = start.to(device, dtype).requires_grad_(True)
-    options = {"max_iter": max_iter, "line_search": line_search} if optimiser == "lbfgs" else {}
-    optimizer = attacks.OPTIMISERS[optimiser]([dummy], lr, **options)
-    model, target, loss = observation.model, observation.gradient, observation.loss
-
-    def objective(inputs: torch.Tensor, create_graph: bool) -> torch.Tensor:
-        candidate = grads.batch_gradient(model, inputs, labels, loss, create_graph=create_graph)
-        return attacks.euclidean_distance(candidate, target) + weight * penalty(inputs)
-
-    def closure():
-        optimizer.zero_grad()
-        value = objective(dummy, True)
-        value.backward()
-        return value
-
-    result = attacks.optimise(observation, dummy, optimizer, closure, lambda inputs: objective(inputs, False).item(), iterations,
-                              f"{regulariser} ({optimiser})", snapshots, record_every)
-    result.labels = labels
-    return result
-
-
 def saturation(model: nn.Module, inputs: torch.Tensor, threshold: float = 4.0) -> float:
     """Share of sigmoid inputs outside ``[-threshold, threshold]``, where ``sigma' < 0.018``.
 
@@ -792,171 +682,3 @@ def saturation(model: nn.Module, inputs: torch.Tensor, threshold: float = 4.0) -
     if not seen:
         raise check.GradcoreValueError("the model has no sigmoid activations")
     return float(sum((s.abs() > threshold).sum().item() for s in seen) / sum(s.numel() for s in seen))
-
-
-def batch_sweep(dataset, batch_sizes: Sequence[int], regularisers: Sequence[str], model_options: dict, attack_options: dict,
-                weights: dict, seed: int = 0, progress: bool = True) -> dict:
-    """``{regulariser: {B: AttackResult}}``: the same seeded batch and model for every regulariser.
-
-    ``weights`` maps a regulariser to its ``lambda``; the model is ``models.build("mlp",
-    ...)`` with ``model_options``, in float64 so round-off never decides a comparison.
-    """
-    from .experiments import scenario
-
-    runs: dict = {name: {} for name in regularisers}
-    cases = {size: scenario(dataset, "mlp", size, seed=seed, dtype=torch.float64, **model_options) for size in batch_sizes}
-    jobs = [(name, size) for name in regularisers for size in batch_sizes]
-    for name, size in tqdm(jobs, desc=f"batch sweep ({dataset.name})", disable=not progress, file=sys.stderr, mininterval=2.0, ncols=80):
-        runs[name][size] = cases[size].attack("regularised_matching", regulariser=name, weight=weights.get(name, 0.0),
-                                              seed=seed, **attack_options)
-    return runs
-
-
-def weight_sweep(dataset, batch_size: int, regularisers: Sequence[str], weights: Sequence[float], model_options: dict,
-                 attack_options: dict, seed: int = 0, known: dict | None = None) -> dict:
-    """``{regulariser: {lambda: final MSE}}`` on one seeded batch and model (Qian et al., Sec. 3).
-
-    The source gives no ``lambda``; before a regulariser is said not to help, it is tried at
-    several weights on the same batch, model and start (the same as :func:`batch_sweep`'s for
-    this batch size and seed). ``known`` (``{regulariser: {lambda: final MSE}}``) holds runs
-    already made on that case, which are taken as they are instead of being repeated.
-    """
-    from .experiments import scenario
-
-    known = known or {}
-    case = scenario(dataset, "mlp", batch_size, seed=seed, dtype=torch.float64, **model_options)
-
-    def final(name, weight):
-        if weight in known.get(name, {}):
-            return known[name][weight]
-        return case.attack("regularised_matching", regulariser=name, weight=weight, seed=seed, **attack_options).final("mse")
-
-    return {name: {weight: final(name, weight) for weight in weights} for name in regularisers}
-
-
-# ----------------------------------------------------------------------------------
-# Surveys the chapter shows as tables
-# ----------------------------------------------------------------------------------
-
-
-def exactness_rows(image: torch.Tensor, label: torch.Tensor, architectures: dict, activations: Sequence[str], num_classes: int,
-                   seed: int = 0) -> list[list]:
-    """The Sec. 2.2 closed form over architectures: ``[activation, network, rows used, dead rows, relative error]`` per model.
-
-    Each model is ``models.build("mlp", ...)`` in float64; the gradient is what the client
-    shares; a model whose first layer passes nothing back is reported as ``blocked``.
-    """
-    rows = []
-    for activation in activations:
-        for name, widths in architectures.items():
-            model = models.build("mlp", tuple(image.shape[1:]), num_classes, seed=seed, widths=widths, activation=activation).double()
-            gradient = grads.shared_gradient(model, image.double(), label)
-            weight_gradient, bias_gradient = first_layer_gradients(model, gradient)
-            try:
-                inversion = first_layer_inversion(weight_gradient, bias_gradient)
-            except ValueError:
-                rows.append([activation, name, 0, len(bias_gradient), "blocked"])
-                continue
-            rows.append([activation, name, len(inversion.rows), inversion.dead_rows, relative_error(inversion.input, image.numpy())])
-    return rows
-
-
-def span_rows(dataset, batch_size: int, hidden_units: Sequence[int], seed: int = 0) -> list[list]:
-    """Proposition 2 over widths: ``[hidden units, n1 >= B, rank of dL/dW, batch outside its span]`` per width."""
-    from .experiments import scenario
-
-    rows = []
-    for hidden in hidden_units:
-        case = scenario(dataset, "mlp", batch_size, seed=seed, dtype=torch.float64, widths=(hidden,), activation="sigmoid")
-        weight_gradient = case.gradient()[0].numpy()
-        rank, _ = _svd_solve(weight_gradient)
-        residual = batch_span_residual(weight_gradient, case.inputs.flatten(1).numpy())
-        rows.append([hidden, demixing_condition(hidden, batch_size), rank, residual])
-    return rows
-
-
-def compare_with_dlg(cases: dict, dlg_config: dict, iterations: int, seed: int = 0) -> dict:
-    """``{name: (two-step AttackResult, DLG AttackResult)}`` on the same one-instance CNN cases.
-
-    The two-step attack runs with ``deconvolution_iterations=iterations`` where it must
-    optimise; DLG (Zhu et al., 2019) runs for ``dlg_config["iterations"]`` steps with the labels known.
-    """
-    return {name: (two_step_attack(case.model, case.gradient(), case.shape, case.inputs, iterations=iterations),
-                   case.attack("dlg", seed=seed, **dlg_config)) for name, case in cases.items()}
-
-
-
-def closed_form_gallery(images: torch.Tensor, labels: torch.Tensor, architectures: dict, activation: str, num_classes: int,
-                        seed: int = 0) -> list[tuple[str, torch.Tensor]]:
-    """``[(architecture, reconstructions)]``: each image attacked alone with ``minimal_mlp``, one row per MLP."""
-    rows = []
-    for name, widths in architectures.items():
-        model = models.build("mlp", tuple(images.shape[1:]), num_classes, seed=seed, widths=widths, activation=activation).double()
-        recovered = [attacks.attack("minimal_mlp", model, grads.shared_gradient(model, image[None].double(), label[None]),
-                                    shape=images.shape[1:]).reconstruction for image, label in zip(images, labels)]
-        rows.append((name, torch.cat(recovered)))
-    return rows
-
-
-def cnn_gallery(dataset, configurations: dict, count: int, dlg_config: dict, iterations: int, seed: int = 0) -> tuple:
-    """Private images ``(count, C, H, W)`` and ``{row label: reconstructions}`` of the two-step attack and DLG.
-
-    One single-instance case per seed ``seed .. seed + count - 1`` and per ``conv_mlp``
-    configuration (``{label: options}``); the images depend only on the seed, so every
-    row lines up with the same private images.
-    """
-    truth, rows = None, {}
-    for label, options in configurations.items():
-        cases = {k: cnn_case(dataset, seed=seed + k, **options) for k in range(count)}
-        truth = torch.cat([case.inputs for case in cases.values()])
-        results = compare_with_dlg(cases, dlg_config, iterations, seed)
-        rows[f"two-step, {label}"] = torch.cat([two.reconstruction for two, _ in results.values()])
-        rows[f"DLG, {label}"] = torch.cat([dlg.reconstruction for _, dlg in results.values()])
-    return truth, rows
-
-
-@dataclass
-class Race:
-    """Result of :func:`race`: the two-step attack and DLG timed to the same accuracy target."""
-
-    target: float  # relative input error both attacks must reach
-    dlg_iterations: int | None  # L-BFGS steps DLG needs to reach the target (None: not within its budget)
-    two_step_error: float
-    two_step_seconds: float  # median over the repeats
-    dlg_seconds: float | None  # median over the repeats of a DLG run stopped at ``dlg_iterations``
-
-    @property
-    def speedup(self) -> float:
-        """DLG's time over the two-step attack's (inf when DLG never reaches the target)."""
-        return math.inf if self.dlg_seconds is None else self.dlg_seconds / self.two_step_seconds
-
-
-def race(case, dlg_config: dict, target: float, repeats: int = 5, iterations: int = 2000, seed: int = 0) -> Race:
-    """Time the two-step attack (Qian et al., Sec. 2.3) against DLG (Zhu et al., 2019) to one accuracy target.
-
-    The source says the two-step route "speeds up the overall reconstruction". A fair race
-    asks both attacks for the same relative input error ``target``: one DLG run with the full
-    budget ``dlg_config["iterations"]`` finds the first L-BFGS step at which DLG is within the
-    target; then, alternately, ``repeats`` two-step runs and ``repeats`` DLG runs stopped at
-    that step (recording nothing in between) are timed in this process, and the medians kept.
-    Absolute seconds vary between machines and runs; the ratio (:attr:`Race.speedup`) is what
-    a chapter should compare.
-    """
-    check.positive_int("repeats", repeats)
-    if not 0 < target < 1:
-        raise check.GradcoreValueError(f"target is a relative error in (0, 1); got {target!r}")
-    gradient, truth = case.gradient(), case.inputs
-    norm = float(truth.norm())
-    scout = case.attack("dlg", seed=seed, **{**dlg_config, "record_every": 1})
-    errors = [math.sqrt(mse * truth.numel()) / norm for mse in scout.history["mse"]]
-    steps = next((step for step, error in zip(scout.history["iteration"], errors) if error <= target), None)
-    two_times, dlg_times, error = [], [], math.nan
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = two_step(case.model, gradient, case.shape, iterations=iterations)
-        two_times.append(time.perf_counter() - start)
-        error = relative_error(result.input, truth.numpy())
-        if steps is not None:
-            run = case.attack("dlg", seed=seed, **{**dlg_config, "iterations": max(steps, 1), "record_every": max(steps, 1)})
-            dlg_times.append(run.seconds)
-    return Race(target, steps, error, float(np.median(two_times)), float(np.median(dlg_times)) if dlg_times else None)

@@ -13,6 +13,8 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
+from .metrics import align
+
 
 def _png(figure: Figure) -> bytes:
     import io
@@ -164,8 +166,6 @@ def snapshot_grid(truth: torch.Tensor, result, title: str = "", size: float = 1.
     the batch order the attack settled on is matched to the truth once, by its final
     reconstruction, and used for every row.
     """
-    from .metrics import align
-
     order = align(result.reconstruction, truth)
     rows = [(f"step {step}", images[order]) for step, images in result.snapshots]
     return reconstruction_grid(truth, rows, title, column_titles=column_titles, size=size)

@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+from gradcore import client
 from gradcore import attacks, data, experiments, gradients, models
 from gradcore.attacks import AttackResult
 
@@ -34,7 +35,7 @@ def test_closed_form_is_exact_on_the_linear_unit(digits, make_linear_unit):
     for seed in range(5):
         image, label = digit(digits, seed)
         target = label.double()
-        shared = gradients.shared_gradient(model, image, target, "half_squared_error")
+        shared = client.shared_gradient(model, image, target, "half_squared_error")
         result = attacks.attack("closed_form", model, shared, shape=(1, 8, 8), labels=target, loss="half_squared_error",
                                 truth=image, progress=False)
         assert result.reconstruction.shape == (1, 1, 8, 8) and result.reconstruction.dtype == torch.float64
@@ -48,7 +49,7 @@ def test_closed_form_is_exact_through_a_biased_first_layer(digits, make_mlp, act
     model = make_mlp(widths=(20, 16), activation=activation, seed=2)
     for seed in range(3):
         image, label = digit(digits, seed + 10)
-        shared = gradients.shared_gradient(model, image, label)
+        shared = client.shared_gradient(model, image, label)
         result = attacks.attack("closed_form", model, shared, shape=(1, 8, 8), progress=False)
         assert (result.reconstruction - image).abs().max().item() < 1e-10
         assert result.labels is None  # the closed form recovers inputs only
@@ -57,7 +58,7 @@ def test_closed_form_is_exact_through_a_biased_first_layer(digits, make_mlp, act
 def test_closed_form_refuses_a_batch(digits, make_mlp):
     model = make_mlp()
     images, labels = digits.batch(2, seed=0)
-    shared = gradients.shared_gradient(model, images.double(), labels)
+    shared = client.shared_gradient(model, images.double(), labels)
     with pytest.raises(ValueError, match="single sample; a batch of 2 yields only a mixture"):
         attacks.attack("closed_form", model, shared, shape=(1, 8, 8), batch_size=2, progress=False)
 
@@ -66,12 +67,12 @@ def test_closed_form_needs_a_biased_fully_connected_first_layer(digits, make_mlp
     image, label = digit(digits)
     unbiased = make_mlp(bias=False)
     with pytest.raises(ValueError, match="needs a bias in the first fully-connected layer"):
-        attacks.attack("closed_form", unbiased, gradients.shared_gradient(unbiased, image, label), shape=(1, 8, 8),
+        attacks.attack("closed_form", unbiased, client.shared_gradient(unbiased, image, label), shape=(1, 8, 8),
                        progress=False)
     lenet = make_lenet()
     picture = random_images((3, 16, 16))
     with pytest.raises(ValueError, match="first weighted layer is fully connected"):
-        attacks.attack("closed_form", lenet, gradients.shared_gradient(lenet, picture, label), shape=(3, 16, 16),
+        attacks.attack("closed_form", lenet, client.shared_gradient(lenet, picture, label), shape=(3, 16, 16),
                        progress=False)
 
 
@@ -81,7 +82,7 @@ def test_closed_form_needs_the_first_layer_trainable(digits, make_mlp):
         parameter.requires_grad_(False)
     image, label = digit(digits)
     with pytest.raises(ValueError, match="not trainable"):
-        attacks.attack("closed_form", model, gradients.shared_gradient(model, image, label), shape=(1, 8, 8),
+        attacks.attack("closed_form", model, client.shared_gradient(model, image, label), shape=(1, 8, 8),
                        progress=False)
 
 
@@ -96,7 +97,7 @@ def test_infer_labels_is_exact_for_single_samples_on_lenet():
         model = models.build("lenet", (3, 16, 16), 10, seed=seed)
         image = torch.rand((1, 3, 16, 16), generator=generator)
         label = torch.randint(0, 10, (1,), generator=generator)
-        inferred = attacks.infer_labels(model, gradients.shared_gradient(model, image, label))
+        inferred = attacks.infer_labels(model, client.shared_gradient(model, image, label))
         assert inferred.dtype == torch.int64 and inferred.shape == (1,)
         assert inferred.item() == label.item(), f"seed {seed}"
 
@@ -105,14 +106,14 @@ def test_infer_labels_is_exact_for_single_samples_on_a_relu_mlp(digits, make_mlp
     for seed in range(50):
         model = make_mlp(widths=(32,), activation="relu", seed=seed, dtype=torch.float32)
         image, label = digit(digits, seed, dtype=torch.float32)
-        assert attacks.infer_labels(model, gradients.shared_gradient(model, image, label)).item() == label.item()
+        assert attacks.infer_labels(model, client.shared_gradient(model, image, label)).item() == label.item()
 
 
 def test_infer_labels_for_a_batch_returns_sorted_labels(make_lenet):
     model = make_lenet()
     images = random_images((3, 16, 16), batch=3)
     labels = torch.tensor([7, 1, 4])
-    inferred = attacks.infer_labels(model, gradients.shared_gradient(model, images, labels), batch_size=3)
+    inferred = attacks.infer_labels(model, client.shared_gradient(model, images, labels), batch_size=3)
     assert inferred.shape == (3,) and inferred.dtype == torch.int64
     assert torch.equal(inferred, inferred.sort().values)
     assert ((0 <= inferred) & (inferred < 10)).all()
@@ -121,7 +122,7 @@ def test_infer_labels_for_a_batch_returns_sorted_labels(make_lenet):
 def test_idlg_recovers_the_label(make_lenet):
     model = make_lenet(seed=4)
     image, label = random_images((3, 16, 16), seed=4), torch.tensor([6])
-    result = attacks.attack("idlg", model, gradients.shared_gradient(model, image, label), shape=(3, 16, 16),
+    result = attacks.attack("idlg", model, client.shared_gradient(model, image, label), shape=(3, 16, 16),
                             iterations=1, max_iter=2, progress=False)
     assert result.attack == "idlg"
     assert torch.equal(result.labels, label)
@@ -136,7 +137,7 @@ def test_dlg_gradient_descent_on_the_linear_unit_converges(digits, make_linear_u
     model = make_linear_unit(seed=0)
     image, label = digit(digits, 0)
     target = label.double()
-    shared = gradients.shared_gradient(model, image, target, "half_squared_error")
+    shared = client.shared_gradient(model, image, target, "half_squared_error")
     result = attacks.attack("dlg", model, shared, shape=(1, 8, 8), labels=target, loss="half_squared_error", truth=image,
                             optimiser="gd", lr=0.005, iterations=400, progress=False)
     mse = result.history["mse"]
@@ -150,7 +151,7 @@ def test_dlg_gradient_descent_on_the_linear_unit_converges(digits, make_linear_u
 def test_dlg_lbfgs_on_lenet_reduces_the_objective(make_lenet):
     model = make_lenet(seed=1)
     image, label = random_images((3, 16, 16), seed=1), torch.tensor([2])
-    shared = gradients.shared_gradient(model, image, label)
+    shared = client.shared_gradient(model, image, label)
     result = attacks.attack("dlg", model, shared, shape=(3, 16, 16), labels=label, truth=image, iterations=3, max_iter=5,
                             progress=False)
     objective = result.history["objective"]
@@ -161,7 +162,7 @@ def test_dlg_lbfgs_on_lenet_reduces_the_objective(make_lenet):
 def test_dlg_history_records_the_objective_of_the_recorded_iterate(make_lenet):
     model = make_lenet(seed=2)
     image, label = random_images((3, 16, 16), seed=2), torch.tensor([5])
-    shared = gradients.shared_gradient(model, image, label)
+    shared = client.shared_gradient(model, image, label)
     result = attacks.attack("dlg", model, shared, shape=(3, 16, 16), labels=label, optimiser="gd", lr=0.1, iterations=3,
                             progress=False)
     recomputed = attacks.euclidean_distance(gradients.batch_gradient(model, result.reconstruction, label), shared).item()
@@ -172,7 +173,7 @@ def test_dlg_history_records_the_objective_of_the_recorded_iterate(make_lenet):
 def dlg_on_lenet(seed, **config):
     model = models.build("lenet", (3, 16, 16), 10, seed=0)
     image, label = random_images((3, 16, 16), seed=9), torch.tensor([1])
-    shared = gradients.shared_gradient(model, image, label)
+    shared = client.shared_gradient(model, image, label)
     return attacks.attack("dlg", model, shared, shape=(3, 16, 16), labels=label, seed=seed, iterations=2, max_iter=3,
                           progress=False, **config)
 
@@ -187,7 +188,7 @@ def test_dlg_is_reproducible_with_its_seed():
 def test_dlg_learns_soft_labels_when_none_are_given(make_lenet):
     model = make_lenet()
     images, labels = random_images((3, 16, 16), batch=2), torch.tensor([3, 8])
-    result = attacks.attack("dlg", model, gradients.shared_gradient(model, images, labels), shape=(3, 16, 16),
+    result = attacks.attack("dlg", model, client.shared_gradient(model, images, labels), shape=(3, 16, 16),
                             batch_size=2, optimiser="adam", lr=0.05, iterations=2, progress=False)
     assert result.labels.shape == (2,) and result.labels.dtype == torch.int64
 
@@ -195,7 +196,7 @@ def test_dlg_learns_soft_labels_when_none_are_given(make_lenet):
 def test_dlg_keeps_the_model_precision(digits, make_mlp):
     model = make_mlp()
     image, label = digit(digits)
-    result = attacks.attack("dlg", model, gradients.shared_gradient(model, image, label), shape=(1, 8, 8), labels=label,
+    result = attacks.attack("dlg", model, client.shared_gradient(model, image, label), shape=(1, 8, 8), labels=label,
                             optimiser="gd", iterations=1, progress=False)
     assert result.reconstruction.dtype == torch.float64
 
@@ -205,7 +206,7 @@ def test_a_diverging_run_is_flagged_and_keeps_a_finite_reconstruction(digits, ma
     model = make_linear_unit(dtype=dtype)
     image, label = digit(digits, dtype=dtype)
     target = label.to(dtype)
-    shared = gradients.shared_gradient(model, image, target, "half_squared_error")
+    shared = client.shared_gradient(model, image, target, "half_squared_error")
     result = attacks.attack("dlg", model, shared, shape=(1, 8, 8), labels=target, loss="half_squared_error", truth=image,
                             optimiser="gd", lr=1e6, iterations=50, snapshots=(0, 50), progress=False)
     assert result.diverged
@@ -218,7 +219,7 @@ def test_a_diverging_run_is_flagged_and_keeps_a_finite_reconstruction(digits, ma
 def test_dlg_rejects_learning_labels_for_a_regression_loss(make_linear_unit, digits):
     model = make_linear_unit()
     image, label = digit(digits)
-    shared = gradients.shared_gradient(model, image, label.double(), "half_squared_error")
+    shared = client.shared_gradient(model, image, label.double(), "half_squared_error")
     with pytest.raises(ValueError, match="labels can only be learned for a cross-entropy loss"):
         attacks.attack("dlg", model, shared, shape=(1, 8, 8), loss="half_squared_error", progress=False)
 
@@ -231,7 +232,7 @@ def test_dlg_unknown_options(digits, make_mlp, option, value, fragment):
     model = make_mlp()
     image, label = digit(digits)
     with pytest.raises(KeyError, match=fragment):
-        attacks.attack("dlg", model, gradients.shared_gradient(model, image, label), shape=(1, 8, 8), labels=label,
+        attacks.attack("dlg", model, client.shared_gradient(model, image, label), shape=(1, 8, 8), labels=label,
                        iterations=1, progress=False, **{option: value})
 
 
@@ -253,7 +254,7 @@ CONFIGS = {
 def mlp_case(digits, make_mlp):
     model = make_mlp(widths=(16,), activation="sigmoid", seed=3)
     image, label = digit(digits, 7)
-    return model, image, label, gradients.shared_gradient(model, image, label)
+    return model, image, label, client.shared_gradient(model, image, label)
 
 
 def _relu_mlp():
@@ -276,7 +277,7 @@ def test_every_attack_honours_the_result_contract(name, with_truth, mlp_case):
     model, image, label, shared = mlp_case
     if name in MODEL_FOR:
         model, image = MODEL_FOR[name](), image.double()
-        shared = gradients.shared_gradient(model, image, label)
+        shared = client.shared_gradient(model, image, label)
     config = CONFIGS.get(name, {"iterations": 5})
     result = attacks.attack(name, model, shared, shape=(1, 8, 8), labels=label, truth=image if with_truth else None,
                             progress=False, **config)
@@ -303,7 +304,7 @@ def test_every_attack_honours_the_result_contract(name, with_truth, mlp_case):
 def test_dlg_reconstructs_a_whole_batch_and_records_every_so_often(make_lenet):
     model = make_lenet()
     images, labels = random_images((3, 16, 16), batch=3), torch.tensor([0, 4, 9])
-    result = attacks.attack("dlg", model, gradients.shared_gradient(model, images, labels), shape=[3, 16, 16],
+    result = attacks.attack("dlg", model, client.shared_gradient(model, images, labels), shape=[3, 16, 16],
                             batch_size=3, labels=labels, truth=images, optimiser="gd", lr=0.1, iterations=5,
                             record_every=2, init="gray", snapshots=[0, 3], progress=False)
     assert result.reconstruction.shape == (3, 3, 16, 16)

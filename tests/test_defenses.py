@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from gradcore import client
 from gradcore import defenses, gradients
 
 
@@ -188,7 +189,7 @@ def test_context_reaches_only_the_defenses_that_declare_it():
 
 def test_shared_gradient_passes_the_context():
     model, inputs, labels, gradient, context = tiny_case()
-    shared = gradients.shared_gradient(model, inputs, labels, defense="censor", seed=2, trials=3)
+    shared = client.shared_gradient(model, inputs, labels, defense="censor", seed=2, trials=3)
     direct = defenses.defend(gradient, "censor", seed=2, context=context, trials=3)
     assert all(torch.allclose(a, b) for a, b in zip(shared, direct))
 
@@ -347,7 +348,7 @@ def test_censor_leaves_batch_norm_statistics_alone():
     inputs = torch.rand((2, 3, 16, 16), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     labels = torch.tensor([0, 1])
     before = [b.clone() for b in model.buffers()]
-    gradient = gradients.shared_gradient(model, inputs, labels)
+    gradient = client.shared_gradient(model, inputs, labels)
     after_gradient = [b.clone() for b in model.buffers()]
     defenses.defend(gradient, "censor", context={"model": model, "inputs": inputs, "labels": labels, "loss": "cross_entropy"}, trials=3)
     assert all(torch.equal(a, b) for a, b in zip(after_gradient, model.buffers()))

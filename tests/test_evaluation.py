@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from gradcore import attacks, data, evaluation, experiments, metrics
+from gradcore.attacks import inverting
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,7 @@ def test_an_attack_refused_by_a_defense_scores_the_gray_guess(digits):
 def test_imitated_censor_average_stays_orthogonal_and_differentiable():
     generator = torch.Generator().manual_seed(0)
     g = [torch.randn(5, 4, dtype=torch.float64, requires_grad=True), torch.randn(7, dtype=torch.float64, requires_grad=True)]
-    average = evaluation.imitate_censor(g, generator, samples=3)
+    average = inverting.imitate_censor(g, generator, samples=3)
     for a, t in zip(average, g):
         assert abs(float((a * t).sum().detach())) < 1e-10 * float((a.norm() * t.norm()).detach())
     sum(a.sum() for a in average).backward()
@@ -154,7 +155,7 @@ def test_imitated_noise_averages_towards_the_gradient():
     """EOT over Gaussian noise: the average of n draws is the gradient plus noise of std sigma / sqrt(n)."""
     g = [torch.randn(200, 50, dtype=torch.float64)]
     for samples in (1, 16):
-        average = evaluation.imitate_noise(g, torch.Generator().manual_seed(0), samples=samples, sigma=0.5)
+        average = inverting.imitate_noise(g, torch.Generator().manual_seed(0), samples=samples, sigma=0.5)
         spread = float((average[0] - g[0]).std())
         assert spread == pytest.approx(0.5 / samples ** 0.5, rel=0.05)
 
@@ -162,7 +163,7 @@ def test_imitated_noise_averages_towards_the_gradient():
 def test_imitated_censor_average_shrinks_with_samples():
     """CENSOR's expected transformation is zero: the average of n candidates shrinks like 1 / sqrt(n)."""
     g = [torch.randn(300, 40, dtype=torch.float64)]
-    norms = [float(evaluation.imitate_censor(g, torch.Generator().manual_seed(1), samples=n)[0].norm() / g[0].norm()) for n in (1, 16)]
+    norms = [float(inverting.imitate_censor(g, torch.Generator().manual_seed(1), samples=n)[0].norm() / g[0].norm()) for n in (1, 16)]
     assert norms[0] == pytest.approx(1.0, rel=1e-9)  # one candidate keeps the layer's norm
     assert norms[1] == pytest.approx(0.25, rel=0.1)
 

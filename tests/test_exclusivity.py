@@ -7,6 +7,7 @@ from torch import nn
 
 import gradcore
 from gradcore import exclusivity as ex
+from gradcore import experiments
 from gradcore import walkback
 
 
@@ -353,11 +354,11 @@ def test_perturbation_sweep_averages_batches_and_figure5_artifact_keeps_the_grad
 def test_learning_attack_sweep_counts_recovered_batches():
     digits = gradcore.data.load("digits")
     config = {"optimiser": "lbfgs", "lr": 1.0, "max_iter": 20, "line_search": "strong_wolfe", "init": "randn", "iterations": 5}
-    sweep = ex.learning_attack_sweep(digits, (32,), (1, 2), 2, config, seed=0, threshold=40.0)
+    sweep = experiments.exclusivity.learning_attack_sweep(digits, (32,), (1, 2), 2, config, seed=0, threshold=40.0)
     assert set(sweep.psnr) == {32} and all(len(values) == 2 for values in sweep.psnr[32].values())
     for size in (1, 2):
         assert sweep.recovered(32, size) == np.mean([value >= 40.0 for value in sweep.psnr[32][size]])
     assert sweep.by_width()[32] == np.mean([sweep.recovered(32, 1), sweep.recovered(32, 2)])
     assert sweep.by_batch() == {1: sweep.recovered(32, 1), 2: sweep.recovered(32, 2)}
-    strict = ex.LearningSweep(sweep.psnr, float("inf"))
+    strict = experiments.exclusivity.LearningSweep(sweep.psnr, float("inf"))
     assert strict.by_batch() == {1: 0.0, 2: 0.0}

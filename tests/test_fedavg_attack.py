@@ -6,7 +6,8 @@ import torch
 
 import gradcore
 
-from gradcore import data, experiments, inverting
+from gradcore import data, experiments
+from gradcore.attacks import inverting
 
 
 def _case():

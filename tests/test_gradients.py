@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from gradcore import client
 from gradcore import defenses, gradients
 
 
@@ -160,7 +161,7 @@ def test_per_sample_gradients_with_regression_targets(make_linear_unit):
 def test_shared_gradient_without_defense_is_the_detached_batch_gradient(make_mlp):
     model = make_mlp()
     inputs, labels = sample(batch=2, num_classes=10)
-    shared = gradients.shared_gradient(model, inputs, labels)
+    shared = client.shared_gradient(model, inputs, labels)
     batch = gradients.batch_gradient(model, inputs, labels)
     assert isinstance(shared, tuple)
     for s, b in zip(shared, batch):
@@ -174,19 +175,19 @@ def test_shared_gradient_applies_the_named_defense(make_mlp):
     raw = gradients.batch_gradient(model, inputs, labels)
     raw_norm = gradients.norm(raw).item()
 
-    clipped = gradients.shared_gradient(model, inputs, labels, defense="clip", bound=raw_norm / 10)
+    clipped = client.shared_gradient(model, inputs, labels, defense="clip", bound=raw_norm / 10)
     assert gradients.norm(clipped).item() == pytest.approx(raw_norm / 10, rel=1e-9)
 
-    noisy = gradients.shared_gradient(model, inputs, labels, defense="noise", seed=7, sigma=0.01)
+    noisy = client.shared_gradient(model, inputs, labels, defense="noise", seed=7, sigma=0.01)
     expected = defenses.defend(raw, "noise", seed=7, sigma=0.01)
     assert all(torch.equal(n, e) for n, e in zip(noisy, expected))
-    again = gradients.shared_gradient(model, inputs, labels, defense="noise", seed=7, sigma=0.01)
-    other = gradients.shared_gradient(model, inputs, labels, defense="noise", seed=8, sigma=0.01)
+    again = client.shared_gradient(model, inputs, labels, defense="noise", seed=7, sigma=0.01)
+    other = client.shared_gradient(model, inputs, labels, defense="noise", seed=8, sigma=0.01)
     assert all(torch.equal(n, a) for n, a in zip(noisy, again))
     assert not all(torch.equal(n, o) for n, o in zip(noisy, other))
 
     with pytest.raises(KeyError, match="known defenses"):
-        gradients.shared_gradient(model, inputs, labels, defense="precode")
+        client.shared_gradient(model, inputs, labels, defense="precode")
 
 
 # ----------------------------------------------------------------------------------
@@ -198,7 +199,7 @@ def test_shared_gradient_applies_the_named_defense(make_mlp):
 def valid(make_mlp):
     model = make_mlp(shape=(6,), num_classes=4, widths=(5,))
     inputs, labels = sample(shape=(6,), batch=2, num_classes=4)
-    return model, gradients.shared_gradient(model, inputs, labels)
+    return model, client.shared_gradient(model, inputs, labels)
 
 
 def test_validate_accepts_a_real_gradient(valid):
@@ -270,9 +271,9 @@ def test_a_float_label_is_refused_not_broadcast(make_mlp):
     model = make_mlp()
     inputs, _ = sample(batch=1)
     with pytest.raises(TypeError, match=r"targets are a float32 tensor of shape \(1,\): cross-entropy takes integer class indices"):
-        gradients.shared_gradient(model, inputs, torch.tensor([3.0]))
+        client.shared_gradient(model, inputs, torch.tensor([3.0]))
     probabilities = torch.full((1, 10), 0.1, dtype=torch.float64)  # per-class probabilities remain welcome
-    assert len(gradients.shared_gradient(model, inputs, probabilities)) == 4
+    assert len(client.shared_gradient(model, inputs, probabilities)) == 4
 
 
 def test_an_empty_batch_is_refused(make_mlp):
@@ -280,7 +281,7 @@ def test_an_empty_batch_is_refused(make_mlp):
     model = make_mlp()
     inputs, labels = sample(batch=1)
     with pytest.raises(ValueError, match=r"inputs is an empty batch \(shape \(0, 1, 8, 8\)\)"):
-        gradients.shared_gradient(model, inputs[:0], labels[:0])
+        client.shared_gradient(model, inputs[:0], labels[:0])
 
 
 @pytest.mark.parametrize("labels, fragment", [
@@ -292,7 +293,7 @@ def test_labels_outside_the_classes_are_refused(make_mlp, labels, fragment):
     # torch answered "IndexError: Target 12 is out of bounds".
     model = make_mlp()
     inputs, _ = sample(batch=1)
-    for function in (gradients.shared_gradient, gradients.per_sample_gradients, gradients.local_update):
+    for function in (client.shared_gradient, gradients.per_sample_gradients, gradients.local_update):
         with pytest.raises(ValueError, match=fragment):
             function(model, inputs, labels)
 
@@ -302,12 +303,12 @@ def test_inputs_of_the_wrong_shape_or_dtype_are_named(make_mlp, make_lenet):
     model = make_mlp()
     inputs, labels = sample(batch=2)
     with pytest.raises(ValueError, match=r"inputs are float32 but the model's parameters are float64: convert one to the other"):
-        gradients.shared_gradient(model, inputs.float(), labels)
+        client.shared_gradient(model, inputs.float(), labels)
     with pytest.raises(ValueError, match=r"inputs of shape \(3, 8, 8\) \(one sample\) do not fit the model"):
-        gradients.shared_gradient(model, inputs.repeat(1, 3, 1, 1), labels)
+        client.shared_gradient(model, inputs.repeat(1, 3, 1, 1), labels)
     lenet = make_lenet()
     with pytest.raises(ValueError, match=r"inputs of shape \(3, 20, 20\) \(one sample\) do not fit the model"):
-        gradients.shared_gradient(lenet, torch.rand(1, 3, 20, 20), torch.tensor([1]))
+        client.shared_gradient(lenet, torch.rand(1, 3, 20, 20), torch.tensor([1]))
 
 
 def test_local_update_checks_its_step_and_epochs(make_mlp):
@@ -324,4 +325,4 @@ def test_a_defense_option_is_checked_before_the_gradient_is_computed(make_mlp, m
     inputs, labels = sample(batch=2)
     monkeypatch.setattr(gradients, "batch_gradient", lambda *args, **kwargs: pytest.fail("computed before the check"))
     with pytest.raises(TypeError, match=r"sigma \(option of defense 'noise'\) must be a finite number >= 0; got '0.1'"):
-        gradients.shared_gradient(model, inputs, labels, defense="noise", sigma="0.1")
+        client.shared_gradient(model, inputs, labels, defense="noise", sigma="0.1")

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from gradcore import attacks, gradients, inverting, models
+from gradcore import client
+from gradcore import attacks, gradients, models
+from gradcore.attacks import inverting
 from gradcore.attacks import AttackResult
 
 SHAPE = (3, 32, 32)
@@ -67,7 +69,7 @@ def test_cosine_distance_is_zero_scale_invariant_and_two_for_opposites():
 def test_batched_objective_equals_separate_single_restarts(train):
     model = tiny_convnet(train=train)
     images, labels = private_batch(batch=2)
-    target = gradients.shared_gradient(model, images, labels)
+    target = client.shared_gradient(model, images, labels)
     restarts = 3
     stack = torch.rand((restarts, 2, *SHAPE), generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     batched = inverting.batched_objective(model, target, labels, "cross_entropy", tv_weight=0.05, restarts=restarts)
@@ -94,7 +96,7 @@ def test_batched_objective_equals_separate_single_restarts(train):
 
 
 def run(model, images, labels=None, **config):
-    shared = gradients.shared_gradient(model, images, labels if labels is not None else torch.zeros(len(images), dtype=torch.long))
+    shared = client.shared_gradient(model, images, labels if labels is not None else torch.zeros(len(images), dtype=torch.long))
     return attacks.attack("inverting_gradients", model, shared, shape=SHAPE, batch_size=len(images), labels=labels,
                           truth=images, progress=False, **config)
 
@@ -102,7 +104,7 @@ def run(model, images, labels=None, **config):
 def test_attack_returns_a_boxed_reconstruction_history_and_inferred_label():
     model = tiny_convnet(dtype=torch.float32)
     images, labels = private_batch(dtype=torch.float32, seed=4)
-    shared = gradients.shared_gradient(model, images, labels)
+    shared = client.shared_gradient(model, images, labels)
     result = attacks.attack("inverting_gradients", model, shared, shape=SHAPE, truth=images, progress=False,
                             iterations=12, record_every=4, snapshots=(0, 8))
     assert isinstance(result, AttackResult) and result.attack == "inverting_gradients"
@@ -120,7 +122,7 @@ def test_attack_returns_a_boxed_reconstruction_history_and_inferred_label():
 def test_attack_leaves_a_batch_norm_model_in_train_mode_untouched():
     model = tiny_convnet(dtype=torch.float32, train=True)
     images, labels = private_batch(dtype=torch.float32, seed=5)
-    shared = gradients.shared_gradient(model, images, labels)  # this forward pass updates the running statistics once
+    shared = client.shared_gradient(model, images, labels)  # this forward pass updates the running statistics once
     state = {name: value.clone() for name, value in model.state_dict().items()}
     for restarts in (1, 2):
         attacks.attack("inverting_gradients", model, shared, shape=SHAPE, labels=labels, progress=False,
@@ -145,7 +147,7 @@ def test_attack_is_reproducible_with_its_seed(restarts):
 def test_restarts_report_the_objective_of_the_kept_reconstruction():
     model = models.build("mlp", SHAPE, 4, widths=(16,), activation="sigmoid").double()
     images, labels = private_batch(seed=7)
-    shared = gradients.shared_gradient(model, images, labels)
+    shared = client.shared_gradient(model, images, labels)
     result = attacks.attack("inverting_gradients", model, shared, shape=SHAPE, labels=labels, progress=False,
                             restarts=3, iterations=6, record_every=6, tv_weight=0.01, init="rand")
     single = inverting.batched_objective(model, shared, labels, "cross_entropy", tv_weight=0.01, restarts=1)

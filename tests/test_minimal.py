@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import gradcore
-from gradcore import minimal, models
+from gradcore import experiments, minimal, models
+from gradcore.attacks import regularised
 
 
 def _single(widths, activation, seed=0, label=3):
@@ -183,7 +184,7 @@ def test_two_step_succeeds_on_one_thread_where_torch_s_svd_did_not():
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)  # where torch's SVD failed
-        rank, solution, largest = minimal._svd_solve(matrix, target)
+        rank, solution, largest = minimal.svd_solve(matrix, target)
         u, singular, vt = minimal._svd(matrix)  # the full matrix, zero rows included
         torch.manual_seed(0)
         model = minimal.conv_mlp((3, 9, 9), 4, kernels=5, kernel_size=1, stride=1, padding=2, hidden=6).double()
@@ -230,7 +231,7 @@ def test_two_step_is_exact_when_kernels_suffice(activation):
     result = minimal.two_step(model, gradient, (1, 6, 6))
     assert result.deconvolution.determined and result.deconvolution.method == "lstsq"
     assert minimal.relative_error(result.input, x.numpy()) < 1e-10
-    attacked = minimal.two_step_attack(model, gradient, (1, 6, 6), truth=x)
+    attacked = gradcore.attack("two_step", model, gradient, shape=(1, 6, 6), truth=x)
     assert attacked.final("mse") < 1e-20 and attacked.seconds > 0 and attacked.history["iteration"] == [0]
 
 
@@ -276,15 +277,15 @@ def test_minimal_mlp_attack_matches_numpy():
 def test_regularisers_by_hand():
     batch = torch.tensor([[1.0, 0.0], [1.0, 2.0], [0.0, 3.0]])
     # pairs (k, k'), k != k': dots 1, 0, 6, each counted twice.
-    assert minimal.REGULARISERS["orthogonality"](batch).item() == 2 * (1 + 0 + 36)
-    assert minimal.REGULARISERS["l2"](batch).item() == 15
-    assert minimal.REGULARISERS["none"](batch).item() == 0
+    assert regularised.REGULARISERS["orthogonality"](batch).item() == 2 * (1 + 0 + 36)
+    assert regularised.REGULARISERS["l2"](batch).item() == 15
+    assert regularised.REGULARISERS["none"](batch).item() == 0
     # Centred rows (each minus its mean): (0.5, -0.5), (-0.5, 0.5), (-1.5, 1.5); dots -0.5, -1.5, 1.5, each twice.
-    assert minimal.REGULARISERS["orthogonality_centred"](batch).item() == pytest.approx(2 * (0.25 + 2.25 + 2.25))
+    assert regularised.REGULARISERS["orthogonality_centred"](batch).item() == pytest.approx(2 * (0.25 + 2.25 + 2.25))
     # Centring removes what non-negative images share: two constant images are orthogonal once centred.
-    assert minimal.REGULARISERS["orthogonality_centred"](torch.ones(2, 1, 3, 3)).item() == 0
+    assert regularised.REGULARISERS["orthogonality_centred"](torch.ones(2, 1, 3, 3)).item() == 0
     with pytest.raises(KeyError, match="known regularisers"):
-        minimal.REGULARISERS["tv"]
+        regularised.REGULARISERS["tv"]
 
 
 def test_regularised_matching_recovers_a_single_digit():
@@ -309,36 +310,36 @@ def test_saturation_counts_flat_sigmoids():
 
 def test_exactness_rows_report_blocked_models():
     image, label = torch.rand(1, 1, 4, 4, generator=torch.Generator().manual_seed(0)), torch.tensor([1])
-    rows = minimal.exactness_rows(image, label, {"one unit": (1,), "wide": (16,)}, ("sigmoid",), 3)
+    rows = experiments.minimal.exactness_rows(image, label, {"one unit": (1,), "wide": (16,)}, ("sigmoid",), 3)
     assert [row[2] for row in rows] == [1, 16] and max(row[-1] for row in rows) < 1e-10
     model = models.build("mlp", (1, 4, 4), 3, seed=0, widths=(1,), activation="relu")
-    relu_rows = minimal.exactness_rows(image, label, {"one unit": (1,)}, ("relu",), 3, seed=0)
+    relu_rows = experiments.minimal.exactness_rows(image, label, {"one unit": (1,)}, ("relu",), 3, seed=0)
     alive = (model[1](image.flatten(1)) > 0).item()
     assert (relu_rows[0][-1] == "blocked") != alive
 
 
 def test_race_times_both_attacks_to_one_target():
     digits = gradcore.data.load("digits")
-    case = minimal.cnn_case(digits, seed=0, kernels=2, kernel_size=3, stride=1, padding=1, hidden=16)
+    case = experiments.minimal.cnn_case(digits, seed=0, kernels=2, kernel_size=3, stride=1, padding=1, hidden=16)
     dlg = {"optimiser": "lbfgs", "lr": 1.0, "max_iter": 20, "line_search": "strong_wolfe", "init": "randn", "iterations": 10}
-    race = minimal.race(case, dlg, 1e-2, repeats=2)
+    race = experiments.minimal.race(case, dlg, 1e-2, repeats=2)
     assert race.two_step_error < 1e-10 and race.dlg_iterations is not None and race.dlg_iterations >= 1
     assert race.speedup == race.dlg_seconds / race.two_step_seconds > 0
     # A target DLG cannot reach within its budget: no DLG timing, an infinite speed-up.
-    never = minimal.race(case, {**dlg, "iterations": 1}, 1e-9, repeats=1)
+    never = experiments.minimal.race(case, {**dlg, "iterations": 1}, 1e-9, repeats=1)
     assert never.dlg_iterations is None and never.dlg_seconds is None and never.speedup == float("inf")
     with pytest.raises(ValueError, match="relative error"):
-        minimal.race(case, dlg, 2.0)
+        experiments.minimal.race(case, dlg, 2.0)
     with pytest.raises(ValueError):
-        minimal.race(case, dlg, 1e-2, repeats=0)
+        experiments.minimal.race(case, dlg, 1e-2, repeats=0)
 
 
 def test_weight_sweep_reuses_known_runs_and_matches_batch_sweep():
     digits = gradcore.data.load("digits")
     adam = {"optimiser": "adam", "lr": 0.1, "init": "randn", "iterations": 20, "record_every": 10}
     options = {"widths": (8,), "activation": "sigmoid"}
-    sweep = minimal.weight_sweep(digits, 2, ["orthogonality_centred", "l2"], [1e-5, 1e-3], options, adam, seed=0,
+    sweep = experiments.minimal.weight_sweep(digits, 2, ["orthogonality_centred", "l2"], [1e-5, 1e-3], options, adam, seed=0,
                                  known={"l2": {1e-3: -1.0}})
     assert sweep["l2"][1e-3] == -1.0 and set(sweep["orthogonality_centred"]) == {1e-5, 1e-3}
-    same = minimal.batch_sweep(digits, [2], ["l2"], options, adam, {"l2": 1e-5}, seed=0, progress=False)
+    same = experiments.minimal.batch_sweep(digits, [2], ["l2"], options, adam, {"l2": 1e-5}, seed=0, progress=False)
     assert sweep["l2"][1e-5] == same["l2"][2].final("mse")  # the same batch, model and start

@@ -19,6 +19,7 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from gradcore import client
 import gradcore
 from gradcore import attacks, data, defenses, exclusivity, gradients, metrics, minimal, models, validation, walkback
 from gradcore.registry import UnknownNameError
@@ -28,7 +29,7 @@ from gradcore.validation import GradcoreError, GradcoreTypeError, GradcoreValueE
 MODEL = models.build("mlp", (1, 4, 4), 3, seed=0, widths=(5,)).double()
 INPUTS = torch.rand((2, 1, 4, 4), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
 LABELS = torch.tensor([0, 2])
-GRADIENT = gradients.shared_gradient(MODEL, INPUTS, LABELS)
+GRADIENT = client.shared_gradient(MODEL, INPUTS, LABELS)
 CONTEXT = {"model": MODEL, "inputs": INPUTS, "labels": LABELS, "loss": "cross_entropy"}
 
 
@@ -316,9 +317,9 @@ BAD_CALLS = {
     # the client
     "shared_gradient inputs": (st.sampled_from([INPUTS[:0], INPUTS.float(), INPUTS[:, :, :3], INPUTS.numpy(), INPUTS[0],
                                                 torch.full_like(INPUTS, math.nan)]),
-                               lambda v: gradients.shared_gradient(MODEL, v, LABELS)),
+                               lambda v: client.shared_gradient(MODEL, v, LABELS)),
     "shared_gradient targets": (st.sampled_from([torch.tensor([3.0, 1.0]), torch.tensor([12, 0]), torch.tensor([0]), [0, 1]]),
-                                lambda v: gradients.shared_gradient(MODEL, INPUTS, v)),
+                                lambda v: client.shared_gradient(MODEL, INPUTS, v)),
     "per_sample_gradients targets": (st.sampled_from([torch.tensor([3.0, 1.0]), torch.tensor([0, -1])]),
                                      lambda v: gradients.per_sample_gradients(MODEL, INPUTS, v)),
     "local_update lr": (BAD_POSITIVE, lambda v: gradients.local_update(MODEL, INPUTS, LABELS, lr=v)),
@@ -328,7 +329,7 @@ BAD_CALLS = {
     "clip bound": (BAD_POSITIVE, lambda v: defenses.defend(GRADIENT, "clip", bound=v)),
     "sparsify keep": (BAD_FRACTION, lambda v: defenses.defend(GRADIENT, "sparsify", keep=v)),
     "censor trials": (BAD_COUNT, lambda v: defenses.defend(GRADIENT, "censor", context=CONTEXT, trials=v)),
-    "shared_gradient defense option": (BAD_NON_NEGATIVE, lambda v: gradients.shared_gradient(MODEL, INPUTS, LABELS, defense="noise",
+    "shared_gradient defense option": (BAD_NON_NEGATIVE, lambda v: client.shared_gradient(MODEL, INPUTS, LABELS, defense="noise",
                                                                                                sigma=v)),
     "defend gradient": (st.tuples(st.integers(0, 3), st.integers(0, 100), st.sampled_from([math.nan, math.inf])),
                         lambda v: defenses.defend(GRADIENT[:v[0]] + (_nan_at(GRADIENT[v[0]], v[1], v[2]),) + GRADIENT[v[0] + 1:], "clip",
@@ -395,7 +396,7 @@ def test_a_model_never_runs_on_inputs_it_cannot_take(model_shape, bad_inputs):
     inputs = {"dtype": inputs.float(), "shape": inputs.reshape(2, -1)[:, :15], "empty": inputs[:0],
               "nan": torch.full_like(inputs, math.nan)}[bad_inputs]
     with pytest.raises(GradcoreValueError):
-        gradients.shared_gradient(model, inputs, torch.tensor([0, 1])[: len(inputs)])
+        client.shared_gradient(model, inputs, torch.tensor([0, 1])[: len(inputs)])
 
 
 def test_no_notebook_or_file_is_touched_by_a_refused_call(tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from gradcore import client
 from gradcore import gradients as grads
 from gradcore import models
 from gradcore import walkback as wb
@@ -290,7 +291,7 @@ def test_batch_mixture_weights_errors():
 def test_walk_back_torch_agrees_with_numpy_and_the_input(seed, widths):
     model = torch_mlp(seed, widths=widths)
     image = torch.rand((1, 1, 8, 8), dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
-    shared = grads.shared_gradient(model, image, torch.tensor([seed + 3]))
+    shared = client.shared_gradient(model, image, torch.tensor([seed + 3]))
     result = wb.walk_back_torch(model, shared, (1, 8, 8))
     assert result.recovered and result.reconstruction.shape == (1, 1, 8, 8)
     assert result.reconstruction.dtype == torch.float64
@@ -304,7 +305,7 @@ def test_walk_back_torch_agrees_with_numpy_and_the_input(seed, widths):
 def test_walk_back_torch_in_float32():
     model = torch_mlp(4, widths=(32, 16), dtype=torch.float32)
     image = torch.rand((1, 1, 8, 8), generator=torch.Generator().manual_seed(4))
-    result = wb.walk_back_torch(model, grads.shared_gradient(model, image, torch.tensor([2])), (1, 8, 8))
+    result = wb.walk_back_torch(model, client.shared_gradient(model, image, torch.tensor([2])), (1, 8, 8))
     assert result.reconstruction.dtype == torch.float32
     assert (result.reconstruction - image).abs().max().item() < 1e-5
 
@@ -318,7 +319,7 @@ def test_walk_back_torch_reports_a_dead_layer_like_numpy():
             layer.weight.copy_(torch.from_numpy(weight))
             layer.bias.copy_(torch.from_numpy(bias))
     image = torch.from_numpy(sample).reshape(1, 1, 8, 8)
-    result = wb.walk_back_torch(model, grads.shared_gradient(model, image, torch.tensor([0])), (1, 8, 8))
+    result = wb.walk_back_torch(model, client.shared_gradient(model, image, torch.tensor([0])), (1, 8, 8))
     assert not result.recovered and result.blocked_layer == 1 and result.reconstruction is None
     assert "blocked at layer 1 (model[3], Linear 32 -> 16)" in result.blocked
     with pytest.raises(ValueError, match="blocked at layer 1"):
@@ -329,7 +330,7 @@ def test_walk_back_torch_reports_a_dead_layer_like_numpy():
 def test_walk_back_torch_errors():
     model = torch_mlp(0)
     image = torch.rand((1, 1, 8, 8), dtype=torch.float64)
-    shared = grads.shared_gradient(model, image, torch.tensor([1]))
+    shared = client.shared_gradient(model, image, torch.tensor([1]))
     with pytest.raises(ValueError, match="empty"):
         wb.walk_back_torch(model, (), (1, 8, 8))
     with pytest.raises(ValueError, match="6 parameters"):
@@ -342,12 +343,12 @@ def test_walk_back_torch_errors():
         wb.walk_back_torch(model, shared, (1, 4, 4))
     with pytest.raises(ValueError, match="Sigmoid where ReLU"):
         sigmoid = models.build("mlp", (1, 8, 8), 10, widths=(32,), activation="sigmoid").double()
-        wb.walk_back_torch(sigmoid, grads.shared_gradient(sigmoid, image, torch.tensor([1])), (1, 8, 8))
+        wb.walk_back_torch(sigmoid, client.shared_gradient(sigmoid, image, torch.tensor([1])), (1, 8, 8))
     with pytest.raises(ValueError, match="nn.Sequential"):
         wb.walk_back_torch(model[1], shared[:2], (64,))
     unbiased = models.build("mlp", (1, 8, 8), 10, widths=(32,), activation="relu", bias=False).double()
     with pytest.raises(ValueError, match="no layer has a bias"):
-        wb.walk_back_torch(unbiased, grads.shared_gradient(unbiased, image, torch.tensor([1])), (1, 8, 8))
+        wb.walk_back_torch(unbiased, client.shared_gradient(unbiased, image, torch.tensor([1])), (1, 8, 8))
 
 
 # ----------------------------------------------------------------------------------

@@ -8,21 +8,27 @@ optimised with Adam on the *sign* of the gradient, a step decay at 3/8, 5/8 and 
 of the budget, pixels boxed to [0, 1], and several restarts of which the one with
 the lowest objective is kept. Restarts are batched with ``torch.func.vmap``: one
 vectorised double-backward serves them all instead of a Python loop.
+
+Also here, because it is this attack with a gradient transform: ``censor_eot``, the
+adaptive attacker of CENSOR (Zhang et al., NDSS 2025, Sec. V-D, Table III), expectation
+over transformation. It imitates CENSOR's sampling, projects and rescales its dummy's
+gradient the way the client would, averages over several draws, and matches that average
+to the shared gradient by cosine + TV; for controls it imitates Gaussian noise or nothing.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import sys
 from typing import Callable, Sequence
 
 import torch
 from torch import nn
-from tqdm import tqdm
 
-from . import gradients as grads
-from .attacks import ATTACKS, INITIALISERS, AttackResult, Observation, _empty_history, _recorder, infer_labels
+from .. import gradients as grads
+from ..defenses import censor_candidate
+from .base import ATTACKS, INITIALISERS, AttackResult, Observation, Steps, optimise
+from .matching import infer_labels
 
 
 def total_variation(images: torch.Tensor) -> torch.Tensor:
@@ -119,6 +125,35 @@ def _scheduler(optimizer: torch.optim.Optimizer, decay: bool | str, iterations: 
     raise ValueError(f"unknown decay {decay!r}; use True, False or one of {', '.join(SCHEDULES)}")
 
 
+class _SignedAdamSteps(Steps):
+    """Adam on the (signed) gradient of a stack of restarts; the iterate is the best restart so far.
+
+    The objective and its gradient are computed once per iterate, when it is reached:
+    the history reads the former, the next step uses the latter.
+    """
+
+    def __init__(self, images: torch.Tensor, optimizer: torch.optim.Optimizer, scheduler, step_direction: Callable,
+                 signed: bool):
+        self.images, self.optimizer, self.scheduler = images, optimizer, scheduler
+        self.step_direction, self.signed = step_direction, signed
+        self.direction, self.values = step_direction(images.detach())
+
+    def step(self) -> torch.Tensor:
+        self.images.grad = self.direction.sign() if self.signed else self.direction
+        self.optimizer.step()
+        self.scheduler.step()
+        with torch.no_grad():
+            self.images.clamp_(0, 1)
+        self.direction, self.values = self.step_direction(self.images.detach())
+        return self.values
+
+    def current(self) -> torch.Tensor:
+        return self.images.detach()[int(torch.argmin(self.values))].clone()
+
+    def objective(self, current: torch.Tensor) -> float:
+        return self.values[int(torch.argmin(self.values))].item()
+
+
 @ATTACKS.register("inverting_gradients")
 def inverting_gradients(observation: Observation, iterations: int = 4800, lr: float = 0.1, tv_weight: float = 1e-4,
                         restarts: int = 1, init: str = "rand", signed: bool = True, decay: bool | str = True,
@@ -174,23 +209,73 @@ def inverting_gradients(observation: Observation, iterations: int = 4800, lr: fl
     step_direction = batched_objective(observation.model, observation.gradient, labels, observation.loss, tv_weight, restarts, local,
                                        transform)
 
-    history, kept = _empty_history(observation), []
-    record = _recorder(observation, history)
-    wanted = set(snapshots)
-    for iteration in tqdm(range(0, iterations + 1), desc="inverting gradients", disable=not observation.progress,
-                          file=sys.stderr, mininterval=2.0, ncols=80):
-        direction, objective = step_direction(images.detach())
-        best = int(torch.argmin(objective))
-        current = images.detach()[best].clone()
-        if iteration % record_every == 0 or iteration == iterations:
-            record(iteration, objective[best].item(), current)
-        if iteration in wanted:
-            kept.append((iteration, current.clone()))
-        if iteration == iterations:
-            break
-        images.grad = direction.sign() if signed else direction
-        optimizer.step()
-        scheduler.step()
-        with torch.no_grad():
-            images.clamp_(0, 1)
-    return AttackResult(current, labels, history, kept)
+    result = optimise(observation, _SignedAdamSteps(images, optimizer, scheduler, step_direction, signed), iterations,
+                      "inverting gradients", snapshots, record_every)
+    result.labels = labels
+    return result
+
+
+def imitate_censor(gradient: Sequence[torch.Tensor], generator: torch.Generator, samples: int,
+                   projection: str = "exact") -> list[torch.Tensor]:
+    """The average of ``samples`` CENSOR candidates of ``gradient``, differentiable in it.
+
+    Each candidate is a normal draw projected onto the orthogonal complement of each layer
+    and rescaled to the layer's norm (:func:`gradcore.defenses.censor_candidate`); the
+    loss-based selection is not differentiable and is left out, as the paper's EOT
+    attacker leaves it out.
+    """
+    total = None
+    for _ in range(samples):
+        draws = [torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device) for g in gradient]
+        candidate = censor_candidate(tuple(gradient), draws, projection)
+        total = list(candidate) if total is None else [t + c for t, c in zip(total, candidate)]
+    return [t / samples for t in total]
+
+
+def imitate_noise(gradient: Sequence[torch.Tensor], generator: torch.Generator, samples: int, sigma: float) -> list[torch.Tensor]:
+    """The average of ``samples`` draws of ``gradient + N(0, sigma^2)``: EOT over Gaussian noise.
+
+    Its expectation is the gradient itself, so averaging recovers the signal: the control
+    transformation for :func:`censor_eot`, whose CENSOR imitation has expectation zero.
+    """
+    total = [torch.zeros_like(g) for g in gradient]
+    for _ in range(samples):
+        total = [t + g + sigma * torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device)
+                 for t, g in zip(total, gradient)]
+    return [t / samples for t in total]
+
+
+#: What the EOT attacker may imitate: the defense it believes the client deployed.
+IMITATIONS = ("censor", "noise", "none")
+
+
+@ATTACKS.register("censor_eot")
+def censor_eot(observation: Observation, iterations: int = 300, lr: float = 0.1, tv_weight: float = 1e-4, samples: int = 4,
+               projection: str = "exact", init: str = "rand", record_every: int = 10, imitate: str = "censor",
+               sigma: float = 0.01) -> AttackResult:
+    """Cosine + TV matching of the shared gradient against a defense's expected transformation.
+
+    Each step draws ``samples`` fresh transformations of the dummy's gradient, averages
+    them (expectation over transformation, Athalye et al., 2018) and takes a signed Adam
+    step on the cosine distance to the shared gradient plus ``tv_weight`` times the total
+    variation: the Inverting Gradients attack with that average as its gradient transform.
+    CENSOR's adaptive attacker (Zhang et al., NDSS 2025, Sec. V-D, Table III) imitates
+    CENSOR (``imitate="censor"``); the same attacker facing no defense imitates nothing
+    (``"none"``, plain cosine + TV), and facing Gaussian noise imitates it (``"noise"``
+    with ``sigma``): the controls that show the machinery recovers images where the
+    imitated transformation keeps the gradient in expectation.
+    """
+    if imitate not in IMITATIONS:
+        raise ValueError(f"the EOT attacker imitates one of {', '.join(IMITATIONS)}, got {imitate!r}")
+    if samples < 1:
+        raise ValueError(f"EOT needs at least one sample, got {samples}")
+
+    def expected_censor(gradient, generator):
+        return imitate_censor(gradient, generator, samples, projection)
+
+    def expected_noise(gradient, generator):
+        return imitate_noise(gradient, generator, samples, sigma)
+
+    transform = {"censor": expected_censor, "noise": expected_noise, "none": None}[imitate]
+    return inverting_gradients(observation, iterations=iterations, lr=lr, tv_weight=tv_weight, init=init,
+                               transform=transform, record_every=record_every)

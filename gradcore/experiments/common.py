@@ -16,7 +16,8 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from . import attacks, data, gradients, metrics, models
+from .. import attacks, client, data, gradients, metrics, models
+from ..claims import Table, bounded
 
 
 @dataclass
@@ -43,7 +44,7 @@ class Scenario:
 
     def gradient(self, defense: str | None = None, seed: int = 0, **defense_options) -> tuple:
         """The gradient the client shares, after ``defense`` (a :data:`gradcore.DEFENSES` name)."""
-        return gradients.shared_gradient(self.model, self.inputs, self.labels, self.loss, defense, seed, **defense_options)
+        return client.shared_gradient(self.model, self.inputs, self.labels, self.loss, defense, seed, **defense_options)
 
     def update(self, lr: float, epochs: int = 1, batch_size: int | None = None) -> tuple:
         """The FedAvg update ``theta_0 - theta_K`` after local training (see :func:`gradcore.gradients.local_update`)."""
@@ -58,16 +59,9 @@ class Scenario:
         ``batch_size``) makes the client share a FedAvg update after local training
         instead of one gradient, and tells the attack to unroll that training.
         """
+        shared = client.share(self.model, self.inputs, self.labels, self.loss, defense, seed, local, **(defense_options or {}))
         if local is not None:
-            shared = self.update(**local)
-            if defense is not None:
-                from .defenses import defend
-
-                context = {"model": self.model, "inputs": self.inputs, "labels": self.labels, "loss": self.loss}
-                shared = defend(shared, defense, seed, context=context, **(defense_options or {}))
             config["local"] = local
-        else:
-            shared = self.gradient(defense, seed, **(defense_options or {}))
         labels = self.labels if (known_labels or self.loss != "cross_entropy") else None
         return attacks.attack(name, self.model, shared, shape=self.shape, batch_size=self.batch_size, labels=labels,
                               loss=self.loss, truth=self.inputs, seed=seed, progress=progress, **config)
@@ -206,8 +200,6 @@ def final_table(sweeps: dict, key: str = "mse"):
     A value beyond 1e3 prints as "diverged (> 1000)" (:func:`gradcore.claims.bounded`): how far a
     diverging run has gone depends on the machine's last bits.
     """
-    from .claims import Table, bounded
-
     rows = [[knob, setting, bounded(result.final(key)), "diverged" if result.diverged else ""]
             for knob, runs in sweeps.items() for setting, result in runs.items()]
     return Table(f"Final {key} per setting", ["knob", "setting", f"final {key}", ""], rows)

@@ -1,0 +1,115 @@
+"""Gradient matching: DLG (Zhu et al., 2019) and iDLG's labels (Zhao et al., 2020).
+
+* ``dlg``: Euclidean gradient matching over a batch of dummies, with L-BFGS as in Zhu
+  et al. (2019), plain gradient descent as in the linear-unit demonstration, or Adam.
+  Without given labels, the dummy labels are optimised jointly as soft labels.
+* ``idlg``: labels read off the last layer's gradient (:func:`infer_labels`), then DLG.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from .. import gradients as grads
+from .. import validation as check
+from .base import ATTACKS, INITIALISERS, OPTIMISERS, AttackResult, Observation, OptimiserSteps, last_linear, optimise
+
+
+def infer_labels(model: nn.Module, gradient: Sequence[torch.Tensor], batch_size: int = 1) -> torch.Tensor:
+    """Labels from the output layer's weight gradient (Zhao et al., 2020, iDLG).
+
+    With cross-entropy and one sample of class ``c``, row ``i`` of ``dL/dW`` is
+    ``(p_i - [i = c]) a`` where ``a`` is the layer's input. When ``a`` is
+    non-negative (sigmoid or ReLU features), only row ``c`` has a negative sum, so the
+    label is the arg-min of the row sums: exact, not a guess. For a batch this is a
+    heuristic: the ``batch_size`` most negative rows, a label possibly repeated.
+    """
+    gradient = check.gradient(gradient, model)
+    check.positive_int("batch_size", batch_size)
+    layer = last_linear(model)
+    weight_gradient = tuple(gradient)[grads.parameter_index(model, layer.weight)]
+    row_sums = weight_gradient.sum(dim=1)
+    if batch_size == 1:
+        return torch.argmin(row_sums).reshape(1)
+    order = torch.argsort(row_sums)
+    negative = order[row_sums[order] < 0]
+    picks = negative[:batch_size] if len(negative) else order[:1]
+    return picks.repeat((batch_size + len(picks) - 1) // len(picks))[:batch_size].sort().values
+
+
+def euclidean_distance(candidate: Sequence[torch.Tensor], target: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``sum_l ||g_l(x_hat) - g_l(x)||^2``: DLG's matching objective (Zhu et al., 2019, Eq. 4)."""
+    return sum((c - t).pow(2).sum() for c, t in zip(candidate, target))
+
+
+@ATTACKS.register("dlg")
+def dlg(observation: Observation, optimiser: str = "lbfgs", iterations: int = 300, lr: float = 1.0, init: str = "randn",
+        max_iter: int = 20, line_search: str | None = None, snapshots: Sequence[int] = (), record_every: int = 1) -> AttackResult:
+    """Deep Leakage from Gradients: match the shared gradient with dummy inputs.
+
+    Minimises :func:`euclidean_distance` over a batch of dummy inputs (and, without
+    known labels, dummy soft labels) jointly (Zhu et al., 2019, Algorithm 1).
+
+    Parameters
+    ----------
+    optimiser : {"lbfgs", "gd", "adam"}
+        L-BFGS as in the paper; ``gd`` is plain gradient descent with step ``lr``.
+    iterations : int
+        Optimiser steps (for L-BFGS each step makes up to ``max_iter`` evaluations).
+    lr : float
+        Step size.
+    init : {"randn", "rand", "gray"}
+        Dummy initialisation.
+    snapshots : sequence of int
+        Iterations at which to keep a copy of the reconstruction (0 is the start).
+    record_every : int
+        Record history every so many iterations.
+    """
+    generator = torch.Generator().manual_seed(observation.seed)
+    batch = (observation.batch_size, *observation.shape)
+    # Dummies live in the model's precision and on its device; drawn on the CPU so seeds repeat everywhere.
+    dtype, device = observation.gradient[0].dtype, observation.gradient[0].device
+    dummy = INITIALISERS[init](batch, generator).to(device, dtype).requires_grad_(True)
+    variables = [dummy]
+    learn_labels = observation.labels is None
+    if learn_labels:
+        if observation.loss != "cross_entropy":
+            raise check.GradcoreValueError("labels can only be learned for a cross-entropy loss; pass the regression targets")
+        num_classes = last_linear(observation.model).out_features
+        label_logits = torch.randn((observation.batch_size, num_classes), generator=generator).to(device, dtype).requires_grad_(True)
+        variables.append(label_logits)
+    model, target, loss = observation.model, observation.gradient, observation.loss
+    options = {"max_iter": max_iter, "line_search": line_search} if optimiser == "lbfgs" else {}
+    optimizer = OPTIMISERS[optimiser](variables, lr, **options)
+
+    def current_labels():
+        return torch.softmax(label_logits, dim=-1) if learn_labels else observation.labels
+
+    def closure():
+        optimizer.zero_grad()
+        candidate = grads.batch_gradient(model, dummy, current_labels(), loss, create_graph=True)
+        distance = euclidean_distance(candidate, target)
+        distance.backward()
+        return distance
+
+    def objective_at(inputs: torch.Tensor) -> float:
+        return euclidean_distance(grads.batch_gradient(model, inputs, current_labels().detach(), loss), target).item()
+
+    result = optimise(observation, OptimiserSteps(optimizer, closure, dummy, objective_at), iterations, f"dlg ({optimiser})",
+                      snapshots, record_every)
+    labels = current_labels().detach()
+    result.labels = labels.argmax(dim=-1) if learn_labels else labels
+    return result
+
+
+@ATTACKS.register("idlg")
+def idlg(observation: Observation, **config) -> AttackResult:
+    """iDLG: infer the labels from the output layer (Zhao et al., 2020), then run DLG with them fixed."""
+    if observation.labels is None:  # a copy: the caller's observation keeps its unknown labels
+        observation = dataclasses.replace(observation, labels=infer_labels(observation.model, observation.gradient,
+                                                                           observation.batch_size))
+    return dlg(observation, **config)
