@@ -38,7 +38,7 @@ import torch
 
 import gradcore
 from _results import write_json
-from gradcore import attacks, gradients, models
+from gradcore import attacks, client, gradients, models
 
 SHAPE = (3, 32, 32)
 NUM_CLASSES = 10
@@ -57,7 +57,7 @@ def case(batch_size: int, seed: int = 0):
     generator = torch.Generator().manual_seed(seed)
     inputs = torch.rand((batch_size, *SHAPE), generator=generator)
     labels = torch.randint(0, NUM_CLASSES, (batch_size,), generator=generator)
-    return model, inputs, labels, gradients.shared_gradient(model, inputs, labels)
+    return model, inputs, labels, client.shared_gradient(model, inputs, labels)
 
 
 def time_call(function) -> float:

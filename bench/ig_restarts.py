@@ -10,7 +10,7 @@ to the parameters, ``gradcore.gradients.batch_gradient``) on the same model and 
 timed in the same process right before each measurement. For each R it reports:
 
 * ``batched``: one evaluation of the attack's step direction for R stacked restarts
-  (``gradcore.inverting.batched_objective(..., restarts=R)``), in units;
+  (``gradcore.attacks.inverting.batched_objective(..., restarts=R)``), in units;
 * ``sequential``: R evaluations of the single-restart step direction, in units;
 * ``batched / sequential``: below 1 means batching saves time;
 * ``hardware floor``: one plain gradient of a batch of R images over R plain gradients of
@@ -41,7 +41,8 @@ import torch
 
 import gradcore
 from _results import write_json
-from gradcore import gradients, inverting, models
+from gradcore import client, gradients, models
+from gradcore.attacks import inverting
 
 SHAPE = (3, 32, 32)
 NUM_CLASSES = 10
@@ -68,7 +69,7 @@ def measure(width: int, restarts: int, repeats: int, device: str = "cpu") -> dic
     generator = torch.Generator().manual_seed(0)
     image = torch.rand((1, *SHAPE), generator=generator).to(device)
     label = torch.tensor([3], device=device)
-    target = gradients.shared_gradient(model, image, label)
+    target = client.shared_gradient(model, image, label)
     single = inverting.batched_objective(model, target, label, "cross_entropy", TV_WEIGHT, restarts=1)
     batched = inverting.batched_objective(model, target, label, "cross_entropy", TV_WEIGHT, restarts=restarts)
     stack = torch.rand((restarts, 1, *SHAPE), generator=generator).to(device)

@@ -68,7 +68,8 @@ import torch
 
 import gradcore
 from _results import write_json
-from gradcore import attacks, data, gradients, inverting, metrics
+from gradcore import attacks, data, gradients, metrics
+from gradcore.attacks import inverting
 
 IMAGE_SEEDS = (1, 3, 6)  # photos crops: tissue, coffee, cat
 MODEL_SEED = 0

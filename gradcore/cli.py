@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import pipeline
+from . import claims, pipeline, reproducibility
 
 SANITIZE = "tests/nbval_sanitize.cfg"
 
@@ -231,8 +231,6 @@ def cmd_seeds(root: Path, args) -> int:
     A chapter asserts its claims, so a run that fails is a claim that does not hold at that seed;
     a run that passes shows how close its rows came to failing (their margins).
     """
-    from . import claims
-
     names = args.chapter or list(pipeline.chapters(root))
     failed = []
     for seed in args.seeds:
@@ -258,8 +256,6 @@ def cmd_seeds(root: Path, args) -> int:
 
 def _drift_report(root: Path, labels: list[str]) -> int:
     import nbformat
-
-    from . import reproducibility
 
     base = root / DRIFT_DIR
     labels = labels or sorted(p.name for p in base.glob("*") if p.is_dir())

@@ -22,7 +22,6 @@ Registered here:
 
 from __future__ import annotations
 
-import copy
 import inspect
 import math
 import statistics
@@ -33,7 +32,7 @@ import torch
 from torch import nn
 
 from . import validation as check
-from .gradients import Gradient, batch_gradient, loss_after_update, norm
+from .gradients import Gradient, batch_gradient, loss_after_update, norm, stateless
 from .registry import Registry
 
 DEFENSES: Registry = Registry("defense")
@@ -457,7 +456,9 @@ def censor(gradient: Gradient, generator: torch.Generator, trials: int = 20, lr:
         trials = len(perturbations)
     if trials < 1:
         raise check.GradcoreValueError(f"CENSOR needs at least one trial, got {trials}")
-    scorer = _without_running_statistics(model)
+    # Scoring a candidate runs the model forward; in training mode batch norm would update
+    # the running statistics of the client's model in place, once per trial.
+    scorer = stateless(model)
     best, best_loss = None, math.inf
     for trial in range(trials):
         random = perturbations[trial] if perturbations is not None else _normal_like(gradient, generator)
@@ -468,16 +469,6 @@ def censor(gradient: Gradient, generator: torch.Generator, trials: int = 20, lr:
         if best is None or value < best_loss:
             best, best_loss = candidate, value
     return best
-
-
-def _without_running_statistics(model: nn.Module) -> nn.Module:
-    # Scoring a candidate runs the model forward; in training mode batch norm would update
-    # the running statistics of the client's model in place, once per trial.
-    if not model.training or not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
-        return model
-    copied = copy.deepcopy(model)
-    torch.func.replace_all_batch_norm_modules_(copied)
-    return copied
 
 
 def projection_cosines(gradient: Sequence[torch.Tensor], generator: torch.Generator) -> dict:

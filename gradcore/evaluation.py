@@ -23,7 +23,7 @@ from tqdm import tqdm
 from . import experiments, federated, plots
 from . import gradients as grads
 from . import metrics as quality
-from .attacks import AttackResult, attack
+from .attacks import attack
 from .claims import Table
 
 

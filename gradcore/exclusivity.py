@@ -72,7 +72,6 @@ from torch import nn
 
 from . import data as datasets
 from . import models, training, walkback
-from . import gradients as grads
 from . import validation as check
 from .blas import single_thread
 from .walkback import DenseNetwork
@@ -303,7 +302,7 @@ def _attack_verdict(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarra
     except ValueError as error:
         outcome = f"the attack fails on this batch's gradient ({error})"
     else:
-        error = relative_error(recovery.inputs, inputs)
+        error = worst_relative_error(recovery.inputs, inputs)
         if error < exact and sorted(recovery.labels.tolist()) == sorted(labels.tolist()):
             return True, f"the attack recovers every input (relative error {error:.1g}) and label"
         outcome = f"the attack returns inputs off by {error:.2g} (relative) or wrong labels"
@@ -510,7 +509,7 @@ def reconstruct(network: DenseNetwork, layer_gradients: Sequence, batch_size: in
     return ExclusivityRecovery(activations[0], labels, directions, exclusive, activations, residual)
 
 
-def relative_error(recovered: np.ndarray, truth: np.ndarray) -> float:
+def worst_relative_error(recovered: np.ndarray, truth: np.ndarray) -> float:
     """``max_m ||x_hat_m - x_m|| / ||x_m||`` after matching the two batches' orders (Hungarian, on distances)."""
     recovered, truth = np.atleast_2d(recovered), np.atleast_2d(truth)
     cost = np.linalg.norm(recovered[:, None, :] - truth[None, :, :], axis=2)
@@ -574,7 +573,7 @@ def survey(network: DenseNetwork, images: np.ndarray, labels: np.ndarray, batch_
             success = False
             try:
                 recovery = reconstruct(network, walkback.gradients(network, batch, batch_labels), batch_size)
-                error = relative_error(recovery.inputs, batch)
+                error = worst_relative_error(recovery.inputs, batch)
                 success = error < exact and sorted(recovery.labels.tolist()) == sorted(batch_labels.tolist())
                 worst = max(worst, error) if success else worst
             except ValueError:  # NotInsecureError, or an ill-conditioned gradient (see loss_groups): a failure either way

@@ -21,7 +21,8 @@ from torch import nn
 from tqdm import tqdm
 
 from . import data as datasets
-from . import client, models
+from . import gradients, models
+from .client import shared_gradient
 from .training import accuracy
 
 
@@ -174,8 +175,8 @@ def train_snapshots(model: nn.Module, train_set: datasets.Dataset, test_set: dat
             pick = rng.choice(own, size=min(batch_size, len(own)), replace=False)
             inputs = train_set.images[pick].to(device, dtype)
             labels = train_set.labels[pick].to(device)
-            update = client.shared_gradient(model, inputs, labels, loss, defense if defended else None,
-                                               seed=int(rng.integers(2**31)), **((defense_options or {}) if defended else {}))
+            update = shared_gradient(model, inputs, labels, loss, defense if defended else None,
+                                     seed=int(rng.integers(2**31)), **((defense_options or {}) if defended else {}))
             total = [t + u for t, u in zip(total, update)]
         with torch.no_grad():
             for p, t in zip(parameters, total):

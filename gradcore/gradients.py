@@ -35,6 +35,15 @@ def half_squared_error(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Te
     return 0.5 * (outputs.reshape(len(targets), -1) - targets.reshape(len(targets), -1).to(outputs.dtype)).pow(2).sum(dim=1).mean()
 
 
+def check_loss(name: str, value) -> None:
+    """A loss by name in :data:`LOSSES`, or a callable; unknown names fail listing the known ones."""
+    if isinstance(value, str):
+        LOSSES[value]
+    elif not callable(value):
+        raise check.GradcoreTypeError(f"{name} must be a loss name ({', '.join(LOSSES.names())}) or a callable; "
+                                      f"got {check.describe(value)}")
+
+
 def loss_function(loss: str | Callable) -> Callable:
     """A loss given by name (see :data:`LOSSES`) or as a callable."""
     return LOSSES[loss] if isinstance(loss, str) else loss
@@ -106,7 +115,7 @@ def validate(gradient: Sequence[torch.Tensor], model: nn.Module) -> Gradient:
 
 def check_batch(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss: str | Callable) -> None:
     """What every client-side entry point checks: the model, a batch it can take, and targets that fit the loss."""
-    check.loss("loss", loss)
+    check_loss("loss", loss)
     outputs = check.inputs_for(model, inputs)
     check.targets_for("targets", targets, len(inputs), outputs, loss, trainable(model)[0].device)
 

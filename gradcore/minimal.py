@@ -50,8 +50,6 @@ Numpy float64 for the exact part (:class:`MLP`, :func:`mlp_gradients`); torch re
 from __future__ import annotations
 
 import math
-import sys
-import time
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Sequence
 
@@ -59,7 +57,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 
 from . import models
 from . import gradients as grads
@@ -105,10 +102,10 @@ def _tanh_inverse(a):
     return np.where(np.isfinite(z), z, np.nan)
 
 
-ACTIVATIONS: Registry = Registry("activation")
-ACTIVATIONS.add("sigmoid", Activation(_sigmoid, lambda z: _sigmoid(z) * (1 - _sigmoid(z)), _logit))
-ACTIVATIONS.add("relu", Activation(lambda z: np.maximum(z, 0.0), lambda z: (z > 0).astype(float), _relu_inverse))
-ACTIVATIONS.add("tanh", Activation(np.tanh, lambda z: 1 - np.tanh(z) ** 2, _tanh_inverse))
+INVERTIBLE_ACTIVATIONS: Registry = Registry("activation")
+INVERTIBLE_ACTIVATIONS.add("sigmoid", Activation(_sigmoid, lambda z: _sigmoid(z) * (1 - _sigmoid(z)), _logit))
+INVERTIBLE_ACTIVATIONS.add("relu", Activation(lambda z: np.maximum(z, 0.0), lambda z: (z > 0).astype(float), _relu_inverse))
+INVERTIBLE_ACTIVATIONS.add("tanh", Activation(np.tanh, lambda z: 1 - np.tanh(z) ** 2, _tanh_inverse))
 
 # ----------------------------------------------------------------------------------
 # A float64 MLP and its analytic gradient
@@ -126,7 +123,7 @@ class MLP:
     biases : list of numpy.ndarray
         ``b_l`` shaped ``(out_l,)``; the first one is what the closed form needs.
     activation : str
-        A name in :data:`ACTIVATIONS` (``sigmoid`` in the paper).
+        A name in :data:`INVERTIBLE_ACTIVATIONS` (``sigmoid`` in the paper).
     """
 
     weights: list
@@ -134,7 +131,7 @@ class MLP:
     activation: str = "sigmoid"
 
     def __post_init__(self):
-        ACTIVATIONS[self.activation]  # unknown names fail here, naming the known ones
+        INVERTIBLE_ACTIVATIONS[self.activation]  # unknown names fail here, naming the known ones
         if len(self.weights) == 0 or len(self.weights) != len(self.biases):
             raise check.GradcoreValueError(f"an MLP needs one bias per weight matrix and at least one layer; got {len(self.weights)} "
                                            f"weights and {len(self.biases)} biases")
@@ -182,7 +179,7 @@ def mlp_gradients(network: MLP, inputs: np.ndarray, labels: np.ndarray) -> list[
     labels = np.asarray(labels).reshape(-1)
     if inputs.shape[1] != network.widths[0] or len(labels) != len(inputs):
         raise check.GradcoreValueError(f"inputs {inputs.shape} and labels {labels.shape} do not fit an MLP taking {network.widths[0]} inputs")
-    act = ACTIVATIONS[network.activation]
+    act = INVERTIBLE_ACTIVATIONS[network.activation]
     activations, pre = [inputs], []
     for index, (weight, bias) in enumerate(zip(network.weights, network.biases)):
         pre.append(activations[-1] @ weight.T + bias)
@@ -204,7 +201,7 @@ def mlp_gradients(network: MLP, inputs: np.ndarray, labels: np.ndarray) -> list[
 
 def mlp_loss(network: MLP, inputs: np.ndarray, labels: np.ndarray) -> float:
     """Batch-mean cross-entropy of :class:`MLP` (for finite-difference checks)."""
-    act, a = ACTIVATIONS[network.activation], np.atleast_2d(inputs)
+    act, a = INVERTIBLE_ACTIVATIONS[network.activation], np.atleast_2d(inputs)
     for index, (weight, bias) in enumerate(zip(network.weights, network.biases)):
         a = a @ weight.T + bias
         if index < len(network.weights) - 1:
@@ -550,7 +547,7 @@ def deconvolve(layer: nn.Conv2d, activated: np.ndarray, activation: str, width: 
     if len(activated) != matrix.shape[0]:
         raise check.GradcoreValueError(f"the convolution gives {matrix.shape[0]} outputs, {len(activated)} were passed")
     bias = np.zeros(layer.out_channels) if layer.bias is None else layer.bias.detach().double().cpu().numpy()
-    target = ACTIVATIONS[activation].inverse(activated) - np.repeat(bias, matrix.shape[0] // layer.out_channels)
+    target = INVERTIBLE_ACTIVATIONS[activation].inverse(activated) - np.repeat(bias, matrix.shape[0] // layer.out_channels)
     usable = np.isfinite(target)
     if not usable.any():
         raise check.GradcoreValueError("blocked: every convolution output is saturated or inactive, so none can be inverted")

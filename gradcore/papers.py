@@ -16,6 +16,16 @@ from .registry import Registry
 PAPERS: Registry = Registry("paper")
 PROFILES = ("ci", "paper")
 
+# Optimiser presets several papers share (each paper takes a copy, ``dict(PRESET)``).
+#: DLG's attack optimiser (Zhu et al., 2019): L-BFGS, step 1, 20 evaluations per step, N(0, 1) dummies,
+#: here with the strong-Wolfe line search a user of ``torch.optim.LBFGS`` would switch on.
+LBFGS = {"optimiser": "lbfgs", "lr": 1.0, "max_iter": 20, "line_search": "strong_wolfe", "init": "randn"}
+#: The same without a line search: the authors' released code (a fixed step of 1).
+LBFGS_NO_LINE_SEARCH = {**LBFGS, "line_search": None}
+#: The Inverting Gradients attack (Geiping et al., 2020, Sec. 4): signed Adam at 0.1 with the step decay,
+#: TV weight 1e-4, uniform dummies.
+COSINE = {"lr": 0.1, "tv_weight": 1e-4, "init": "rand", "signed": True, "decay": True}
+
 
 @dataclass(frozen=True)
 class Paper:
@@ -55,10 +65,10 @@ DLG = PAPERS.add("dlg", Paper(
         # Sec. 3: LeNet, L-BFGS with lr 1 and 20 evaluations per step, U(-0.5, 0.5) weights
         # (Zhu et al., Sec. 4.1). Deviation: a strong-Wolfe line search, without which some
         # seeds leave the sigmoids' working range in the first step and never return.
-        "lbfgs": {"optimiser": "lbfgs", "lr": 1.0, "max_iter": 20, "line_search": "strong_wolfe", "init": "randn"},
+        "lbfgs": dict(LBFGS),
         # The label trials use the authors' optimiser as it is (torch L-BFGS, lr 1, no line search): the iDLG
         # paper measured DLG's labels with it, and its missed labels are what the trials measure.
-        "label_lbfgs": {"optimiser": "lbfgs", "lr": 1.0, "max_iter": 20, "line_search": None, "init": "randn"},
+        "label_lbfgs": dict(LBFGS_NO_LINE_SEARCH),
         "image_size": 32,
         "lenet_images": 2,
         "lenet_batch": 4,
@@ -111,9 +121,9 @@ IG = PAPERS.add("inverting_gradients", Paper(
         "invariance_scales": (1.0, 1e-2, 1e-4, 1e-6),
         "mlp_widths": (128, 64),
         # Sec. 4: the attack. Adam on signed gradients, step decay at 3/8, 5/8, 7/8, boxed pixels.
-        "cosine": {"lr": 0.1, "tv_weight": 1e-4, "init": "rand", "signed": True, "decay": True},
+        "cosine": dict(COSINE),
         # DLG's attack as the baseline (Zhu et al., 2019), as in the DLG chapter.
-        "euclidean": {"optimiser": "lbfgs", "lr": 1.0, "max_iter": 20, "line_search": "strong_wolfe", "init": "randn"},
+        "euclidean": dict(LBFGS),
         "image_size": 32,
         # A small trained ReLU network in place of the paper's trained ResNet-20 (no pretrained weights offline).
         "convnet_width": 16,
@@ -219,8 +229,8 @@ CENSOR = PAPERS.add("censor", Paper(
         "batch_sizes": (1, 4),  # Table I (B = 1) and Table II (B = 4)
         # Attacks available offline. DLG/iDLG with L-BFGS as in the DLG chapter; the cosine + TV
         # attack with Inverting Gradients' settings; the walk-back and exclusivity attacks on a ReLU MLP.
-        "lbfgs": {"optimiser": "lbfgs", "lr": 1.0, "max_iter": 20, "line_search": "strong_wolfe", "init": "randn"},
-        "cosine": {"lr": 0.1, "tv_weight": 1e-4, "init": "rand", "signed": True, "decay": True},
+        "lbfgs": dict(LBFGS),
+        "cosine": dict(COSINE),
         "mlp_widths": (64, 32),
         # Utility (Sec. V-C): non-i.i.d. clients by a Dirichlet split; the concentration is not in
         # the source, 0.5 is the common choice (Hsu et al., 2019).
@@ -313,7 +323,7 @@ MINIMAL = PAPERS.add("minimal_structure", Paper(
         "cnn_photos_short": {"kernels": 8, "kernel_size": 4, "stride": 2, "padding": 1, "hidden": 16},
         "gallery_images": 4,
         # DLG on the same network (Zhu et al., 2019): L-BFGS, lr 1, 20 evaluations per step.
-        "dlg": {"optimiser": "lbfgs", "lr": 1.0, "max_iter": 20, "line_search": "strong_wolfe", "init": "randn"},
+        "dlg": dict(LBFGS),
         # Sec. 3: batch reconstruction, regularisers and optimisers. lambda values are ours (the source gives none).
         "regularisers": ("none", "orthogonality", "l2"),
         "weights": {"orthogonality": 1e-6, "l2": 1e-5},
@@ -323,8 +333,8 @@ MINIMAL = PAPERS.add("minimal_structure", Paper(
         "optimiser_sizes": {"digits 8x8": 8, "photos 16x16": 16, "photos 32x32": 32},
         "optimiser_batch": 4,
         # L-BFGS as a user runs it (torch's strong-Wolfe line search), and without the line search, as DLG's source code does.
-        "lbfgs": {"optimiser": "lbfgs", "lr": 1.0, "max_iter": 20, "line_search": "strong_wolfe", "init": "randn"},
-        "lbfgs_no_search": {"optimiser": "lbfgs", "lr": 1.0, "max_iter": 20, "line_search": None, "init": "randn"},
+        "lbfgs": dict(LBFGS),
+        "lbfgs_no_search": dict(LBFGS_NO_LINE_SEARCH),
         # Sec. 3: the orthogonality regulariser tried at several weights, as written (raw pixels) and on
         # centred images (each minus its mean pixel), at the largest batch of each dataset.
         "orthogonality_variants": ("orthogonality", "orthogonality_centred"),
@@ -368,8 +378,8 @@ EXCLUSIVITY = PAPERS.add("neuron_exclusivity", Paper(
         "attack_batch": 8,
         "exact_tolerance": 1e-6,  # relative input error that counts as exact (the issue's float64 bound)
         # Baselines on one batch of compare_batch on a (64-256-256-10) FCN: DLG (Zhu et al.) with known labels, and the cosine attack (Geiping et al.).
-        "euclidean": {"optimiser": "lbfgs", "lr": 1.0, "max_iter": 20, "line_search": "strong_wolfe", "init": "randn"},
-        "cosine": {"lr": 0.1, "tv_weight": 1e-4, "init": "rand", "signed": True, "decay": True},
+        "euclidean": dict(LBFGS),
+        "cosine": dict(COSINE),
         "compare_widths": (256, 256),
         "compare_batch": 4,  # the what-protects chapter's batch
         # Sec. 7.2 ("stably outperforms"): compared where DLG no longer recovers the batch; insecure batches

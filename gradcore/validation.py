@@ -399,16 +399,6 @@ def all_finite(tensors: Sequence[torch.Tensor]) -> bool:
     return all(bool(torch.isfinite(t).all()) for t in tensors)
 
 
-def loss(name: str, value: Any) -> None:
-    """A loss by name in :data:`gradcore.gradients.LOSSES`, or a callable."""
-    from .gradients import LOSSES
-
-    if isinstance(value, str):
-        LOSSES[value]  # unknown names fail here, listing the known ones
-    elif not callable(value):
-        raise GradcoreTypeError(f"{name} must be a loss name ({', '.join(LOSSES.names())}) or a callable; got {describe(value)}")
-
-
 # ----------------------------------------------------------------------------------
 # Options of registered functions (attacks, defenses, models, datasets)
 # ----------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ from torch import nn
 
 from .validation import GradcoreValueError
 
-LOSSES = ("cross_entropy", "half_squared_error")
+NUMPY_LOSSES = ("cross_entropy", "half_squared_error")
 
 #: Per-layer gradient of a :class:`DenseNetwork`: ``(dL/dW_l, dL/db_l)``, the second ``None`` for an unbiased layer.
 LayerGradients = list  # list[tuple[np.ndarray, np.ndarray | None]]
@@ -905,8 +905,8 @@ def _check_inputs(network: DenseNetwork, inputs: np.ndarray, allow_single: bool)
 
 
 def _check_batch(network: DenseNetwork, inputs: np.ndarray, labels, loss: str) -> tuple[np.ndarray, np.ndarray]:
-    if loss not in LOSSES:
-        raise GradcoreValueError(f"unknown loss {loss!r}; known losses: {', '.join(LOSSES)}")
+    if loss not in NUMPY_LOSSES:
+        raise GradcoreValueError(f"unknown loss {loss!r}; known losses: {', '.join(NUMPY_LOSSES)}")
     inputs = np.atleast_2d(_check_inputs(network, inputs, allow_single=True))
     batch, classes = len(inputs), network.widths[-1]
     if loss == "cross_entropy":

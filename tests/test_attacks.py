@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from gradcore import client
-from gradcore import attacks, data, experiments, gradients, models
+from gradcore import attacks, data, experiments, gradients, minimal, models
 from gradcore.attacks import AttackResult
 
 
@@ -267,8 +267,13 @@ def _small_cnn():
                                torch.nn.Linear(256, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10)).double()
 
 
+def _conv_mlp():
+    torch.manual_seed(3)
+    return minimal.conv_mlp((1, 8, 8), 10, kernels=4, kernel_size=3, padding=1, hidden=32).double()
+
+
 #: Attacks that need a particular architecture get it; every other attack sees the sigmoid MLP.
-MODEL_FOR = {"walk_back": _relu_mlp, "exclusivity": _relu_mlp, "exclusivity_hybrid": _small_cnn}
+MODEL_FOR = {"walk_back": _relu_mlp, "exclusivity": _relu_mlp, "exclusivity_hybrid": _small_cnn, "two_step": _conv_mlp}
 
 
 @pytest.mark.parametrize("name", attacks.ATTACKS.names())
@@ -437,3 +442,53 @@ def test_infer_labels_checks_its_batch_size(mlp_case):
         attacks.infer_labels(model, shared, batch_size=0)
     with pytest.raises(ValueError, match="NaN or infinite"):
         attacks.infer_labels(model, (shared[0] * math.nan,) + shared[1:])
+
+
+def test_every_attack_lives_in_a_family_module_and_is_registered_on_import():
+    import gradcore.attacks as package
+
+    families = {"matching", "inverting", "analytic", "exclusivity", "regularised"}
+    for name in package.ATTACKS.names():
+        module = package.ATTACKS[name].__module__
+        assert module.startswith("gradcore.attacks.") and module.split(".")[-1] in families, (name, module)
+
+
+def test_idlg_leaves_the_callers_observation_alone(mlp_case):
+    model, image, label, shared = mlp_case
+    observation = attacks.Observation(model, shared, (1, 8, 8), 1, progress=False)
+    result = attacks.ATTACKS["idlg"](observation, optimiser="gd", lr=0.1, iterations=2)
+    assert observation.labels is None
+    assert result.labels.tolist() == label.tolist()
+
+
+def test_one_shot_result_records_iteration_zero(mlp_case):
+    model, image, label, shared = mlp_case
+    observation = attacks.Observation(model, shared, (1, 8, 8), 1, truth=image, progress=False)
+    result = AttackResult.one_shot(observation, image.clone().requires_grad_(True), label, objective=0.5)
+    assert not result.reconstruction.requires_grad
+    assert result.history["iteration"] == [0] and result.history["objective"] == [0.5]
+    assert result.history["mse"] == [0.0] and result.labels is label
+
+
+def test_optimise_stops_on_a_non_finite_objective(mlp_case):
+    model, image, label, shared = mlp_case
+    observation = attacks.Observation(model, shared, (1, 8, 8), 1, progress=False)
+
+    class Blowup(attacks.Steps):
+        def __init__(self):
+            self.value, self.x = 1.0, torch.zeros(1, 1, 8, 8)
+
+        def step(self):
+            self.value *= 1e200
+            self.x = self.x + 1
+            return torch.tensor(self.value)
+
+        def current(self):
+            return self.x.clone()
+
+        def objective(self, current):
+            return self.value
+
+    result = attacks.optimise(observation, Blowup(), iterations=5)
+    assert result.diverged and result.history["iteration"] == [0, 1]
+    assert torch.equal(result.reconstruction, torch.ones(1, 1, 8, 8))

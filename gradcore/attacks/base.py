@@ -128,7 +128,7 @@ class Observation:
         check.positive_int("batch size", self.batch_size)
         check.input_shape("shape", self.shape)
         self.shape = tuple(int(s) for s in self.shape)
-        check.loss("loss", self.loss)
+        grads.check_loss("loss", self.loss)
         check.integer("seed", self.seed)
         check.boolean("progress", self.progress)
         outputs = check.model_outputs(self.model, self.shape, "inputs")

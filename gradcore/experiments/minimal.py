@@ -104,7 +104,7 @@ def span_rows(dataset, batch_size: int, hidden_units: Sequence[int], seed: int =
     for hidden in hidden_units:
         case = scenario(dataset, "mlp", batch_size, seed=seed, dtype=torch.float64, widths=(hidden,), activation="sigmoid")
         weight_gradient = case.gradient()[0].numpy()
-        rank, _ = _svd_solve(weight_gradient)
+        rank, _ = minimal.svd_solve(weight_gradient)
         residual = minimal.batch_span_residual(weight_gradient, case.inputs.flatten(1).numpy())
         rows.append([hidden, minimal.demixing_condition(hidden, batch_size), rank, residual])
     return rows
