@@ -51,7 +51,7 @@ Choices and limits, stated rather than hidden:
   samples and their counts; nothing divides by zero (a group of exclusive rows whose bias
   gradients all vanish is reported as such).
 
-Conventions follow :mod:`gradcore.walkback`: float64 :class:`~gradcore.walkback.DenseNetwork`,
+Conventions follow :mod:`gradcore.dense`: float64 :class:`~gradcore.dense.DenseNetwork`,
 layers ``0 .. L-1``, ``L = H + 1``; "ReLU layer ``i``" (``i = 1 .. H``, the paper's index)
 is the output of linear layer ``i - 1``.
 """
@@ -71,10 +71,10 @@ from scipy.sparse.csgraph import connected_components
 from torch import nn
 
 from . import data as datasets
-from . import models, training, walkback
+from . import dense, models, training
 from . import validation as check
 from .blas import single_thread
-from .walkback import DenseNetwork
+from .dense import DenseNetwork
 
 STATES = ("insecure", "secure", "neither")
 
@@ -89,36 +89,23 @@ class NotInsecureError(check.GradcoreValueError):
 
 
 def _check_network(network) -> None:
-    if not isinstance(network, DenseNetwork):
-        raise check.GradcoreTypeError(f"network must be a gradcore.walkback.DenseNetwork (walkback.from_torch converts a torch "
-                                      f"MLP); got {check.describe(network)}")
+    if not isinstance(network, DenseNetwork) or network.activation != "relu":
+        raise check.GradcoreTypeError(f"network must be a ReLU gradcore.dense.DenseNetwork (dense.from_torch converts a "
+                                      f"torch MLP); got {check.describe(network)}")
 
 
 def _check_batch(network: DenseNetwork, inputs, labels=None) -> None:
     """A batch ``(B, d0)`` of finite inputs and, when given, one class index per sample within the classes."""
     _check_network(network)
-    walkback._check_inputs(network, inputs, allow_single=False)
+    dense.check_inputs(network, inputs, allow_single=False)
     if labels is not None:
-        walkback._check_batch(network, inputs, labels, "cross_entropy")
-
-
-def _relu_after(network: DenseNetwork, layer: int, first_relu: bool) -> bool:
-    return layer < network.depth - 1 and (layer > 0 or first_relu)
+        dense.check_batch(network, inputs, labels, "cross_entropy")
 
 
 def _forward(network: DenseNetwork, inputs: np.ndarray, first_relu: bool = True) -> tuple[list, list]:
     """Inputs and pre-activations of every layer for a batch ``(B, d0)``."""
-    if first_relu:
-        passed = walkback.forward(network, np.atleast_2d(inputs))
-        return passed.inputs, passed.pre_activations
-    current = np.atleast_2d(np.asarray(inputs, dtype=np.float64))
-    layer_inputs, pre_activations = [], []
-    for layer, (weight, bias) in enumerate(zip(network.weights, network.biases)):
-        layer_inputs.append(current)
-        pre = current @ weight.T + (0.0 if bias is None else bias)
-        pre_activations.append(pre)
-        current = np.maximum(pre, 0.0) if _relu_after(network, layer, first_relu) else pre
-    return layer_inputs, pre_activations
+    passed = dense.forward(network.with_first_activation(first_relu), np.atleast_2d(inputs))
+    return passed.inputs, passed.pre_activations
 
 
 def per_sample_sensitivities(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray,
@@ -129,29 +116,15 @@ def per_sample_sensitivities(network: DenseNetwork, inputs: np.ndarray, labels: 
     layer feeds the second linearly.
     """
     _check_batch(network, inputs, labels)
-    labels = np.atleast_1d(np.asarray(labels))
-    layer_inputs, pre_activations = _forward(network, inputs, first_relu)
-    residual = walkback.softmax(pre_activations[-1])
-    residual[np.arange(len(labels)), labels] -= 1.0
-    sensitivities = [None] * network.depth
-    sensitivities[-1] = residual
-    for layer in range(network.depth - 1, 0, -1):
-        below = sensitivities[layer] @ network.weights[layer]
-        if _relu_after(network, layer - 1, first_relu):
-            below = below * (pre_activations[layer - 1] > 0)
-        sensitivities[layer - 1] = below
-    return layer_inputs, sensitivities
+    passed, sensitivities = dense.per_sample_sensitivities(network.with_first_activation(first_relu), np.atleast_2d(inputs),
+                                                           np.atleast_1d(np.asarray(labels)))
+    return passed.inputs, sensitivities
 
 
 def batch_gradients(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray, first_relu: bool = True) -> list:
     """The average gradient ``(dL/dW_l, dL/db_l)`` per layer, with or without the first ReLU."""
     _check_batch(network, inputs, labels)
-    if first_relu:
-        return walkback.gradients(network, np.atleast_2d(inputs), np.atleast_1d(labels))
-    layer_inputs, sensitivities = per_sample_sensitivities(network, inputs, labels, first_relu)
-    batch = len(layer_inputs[0])
-    return [(sensitivity.T @ layer_input / batch, None if bias is None else sensitivity.mean(axis=0))
-            for sensitivity, layer_input, bias in zip(sensitivities, layer_inputs, network.biases)]
+    return dense.gradients(network.with_first_activation(first_relu), np.atleast_2d(inputs), np.atleast_1d(labels))
 
 
 # ----------------------------------------------------------------------------------
@@ -277,7 +250,7 @@ def analyse(network: DenseNetwork, inputs: np.ndarray, first_relu: bool = True, 
     Raises
     ------
     GradcoreValueError, GradcoreTypeError
-        Not a :class:`~gradcore.walkback.DenseNetwork`, inputs that are not a finite batch
+        Not a :class:`~gradcore.dense.DenseNetwork`, inputs that are not a finite batch
         ``(B, d0)``, labels outside the classes; never for the state of the batch.
     """
     check.boolean("first_relu", first_relu)
@@ -298,7 +271,7 @@ def _attack_verdict(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarra
     if not first_relu:
         return False, "the attack needs a ReLU after the first hidden layer; this network is reduced"
     try:
-        recovery = reconstruct(network, walkback.gradients(network, inputs, labels), len(inputs), tolerance)
+        recovery = reconstruct(network, dense.gradients(network, inputs, labels), len(inputs), tolerance)
     except ValueError as error:
         outcome = f"the attack fails on this batch's gradient ({error})"
     else:
@@ -319,7 +292,7 @@ def _loss_vector_diagnosis(network: DenseNetwork, inputs: np.ndarray, labels: np
     When that is near the tolerance, shared columns group with each other or with a
     sample's own columns and the attack sees the wrong number of samples.
     """
-    probabilities = walkback.softmax(walkback.forward(network, inputs).output)
+    probabilities = dense.softmax(dense.forward(network, inputs).output)
     loss_vectors = probabilities.copy()
     loss_vectors[np.arange(len(labels)), labels] -= 1.0
     norms = np.linalg.norm(loss_vectors, axis=1)
@@ -431,7 +404,7 @@ def reconstruct(network: DenseNetwork, layer_gradients: Sequence, batch_size: in
     network : DenseNetwork
         The shared model, a bias on every hidden layer.
     layer_gradients : sequence of (numpy.ndarray, numpy.ndarray or None)
-        The batch-mean cross-entropy gradient, as :func:`gradcore.walkback.gradients` returns it.
+        The batch-mean cross-entropy gradient, as :func:`gradcore.dense.gradients` returns it.
     batch_size : int
         ``M``, known to the server.
     tolerance : float
@@ -455,7 +428,7 @@ def reconstruct(network: DenseNetwork, layer_gradients: Sequence, batch_size: in
     check.positive_int("batch size", batch_size)
     check.number("tolerance", tolerance, low=0, low_open=True)
     _require_biases(network)
-    gradients = walkback._check_gradients(network, layer_gradients)
+    gradients = dense.check_gradients(network, layer_gradients)
     depth, hidden = network.depth, network.depth - 1
     groups = loss_groups(gradients[-1][0], tolerance)
     if len(groups) > batch_size:
@@ -503,8 +476,8 @@ def reconstruct(network: DenseNetwork, layer_gradients: Sequence, batch_size: in
     for layer in range(1, depth):
         activations[layer] = layer_inputs[layer]
     # Self-check: the recovered batch, its labels and the model give back the gradient.
-    again = walkback.flatten_gradients(walkback.gradients(network, activations[0], labels))
-    given = walkback.flatten_gradients(gradients)
+    again = dense.flatten_gradients(dense.gradients(network, activations[0], labels))
+    given = dense.flatten_gradients(gradients)
     residual = float(np.abs(again - given).max() / max(np.abs(given).max(), np.finfo(float).tiny))
     return ExclusivityRecovery(activations[0], labels, directions, exclusive, activations, residual)
 
@@ -572,7 +545,7 @@ def survey(network: DenseNetwork, images: np.ndarray, labels: np.ndarray, batch_
                 continue
             success = False
             try:
-                recovery = reconstruct(network, walkback.gradients(network, batch, batch_labels), batch_size)
+                recovery = reconstruct(network, dense.gradients(network, batch, batch_labels), batch_size)
                 error = worst_relative_error(recovery.inputs, batch)
                 success = error < exact and sorted(recovery.labels.tolist()) == sorted(batch_labels.tolist())
                 worst = max(worst, error) if success else worst
@@ -627,7 +600,7 @@ def survey_widths(dataset: datasets.Dataset, widths: Sequence[int], batch_sizes:
             training.train(model, dataset, epochs=epochs, lr=lr, seed=seed, progress=False)
         accuracies[width] = training.accuracy(model, dataset)
         with single_thread():
-            points[width] = survey(walkback.from_torch(model), images, labels, batch_sizes, trials, np.random.default_rng(seed))
+            points[width] = survey(dense.from_torch(model), images, labels, batch_sizes, trials, np.random.default_rng(seed))
     return points, accuracies
 
 
@@ -763,8 +736,8 @@ def artifact_batch(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray
         room = np.where(perturbation > 0, high - inputs, low - inputs)[outside]
         scale = float(np.clip(room / perturbation[outside], 0.0, 1.0).min())
     artifact = np.clip(inputs + scale * perturbation, low, high)  # clips round-off only
-    truth_gradient = walkback.flatten_gradients(batch_gradients(network, inputs, labels, first_relu))
-    artifact_gradient = walkback.flatten_gradients(batch_gradients(network, artifact, labels, first_relu))
+    truth_gradient = dense.flatten_gradients(batch_gradients(network, inputs, labels, first_relu))
+    artifact_gradient = dense.flatten_gradients(batch_gradients(network, artifact, labels, first_relu))
     return Artifact(artifact, float(np.abs(artifact - inputs).max()),
                     float(np.abs(artifact_gradient - truth_gradient).max()), dimension)
 
@@ -806,7 +779,7 @@ def perturbation_sweep(dataset: datasets.Dataset, widths: Sequence[int], second_
     rows = []
     with single_thread():
         for width in widths:
-            network = walkback.from_torch(models.build("mlp", dataset.shape, dataset.num_classes, seed=seed, widths=(width, second_width)))
+            network = dense.from_torch(models.build("mlp", dataset.shape, dataset.num_classes, seed=seed, widths=(width, second_width)))
             indices = [find_batch(network, images, batch_size, "secure", rng) for _ in range(batches)]
             inverted = [artifact_batch(network, images[index], labels[index], "invert") for index in indices]
             largest = max(artifact.largest_change for artifact in inverted)
@@ -828,7 +801,7 @@ def figure5_artifact(dataset: datasets.Dataset, widths: Sequence[int], batch_siz
     Returns the batch's indices into ``dataset`` and the :class:`Artifact`.
     """
     images = dataset.images.reshape(len(dataset), -1).double().numpy()
-    network = walkback.from_torch(models.build("mlp", dataset.shape, dataset.num_classes, seed=seed, widths=tuple(widths)))
+    network = dense.from_torch(models.build("mlp", dataset.shape, dataset.num_classes, seed=seed, widths=tuple(widths)))
     with single_thread():
         index = find_batch(network, images, batch_size, "secure", rng)
         return index, artifact_batch(network, images[index], dataset.labels[index].numpy())
@@ -885,10 +858,9 @@ def reduction_accuracy(dataset: datasets.Dataset, widths: Sequence[int], epochs:
 
 
 def reduced_to_numpy(model: nn.Sequential) -> DenseNetwork:
-    """A float64 copy of a (possibly reduced) MLP; pair it with ``first_relu=False`` when reduced."""
-    layers = [module for module in model if isinstance(module, nn.Linear)]
-    return DenseNetwork([layer.weight.detach().double().cpu().numpy() for layer in layers],
-                        [None if layer.bias is None else layer.bias.detach().double().cpu().numpy() for layer in layers])
+    """A float64 copy of a (possibly reduced) MLP (:func:`gradcore.dense.from_torch`); pair it with
+    ``first_relu=False`` when reduced."""
+    return dense.from_torch(model)
 
 
 def hybrid_cnn(shape: Sequence[int], num_classes: int, channels: int, width: int, seed: int = 0) -> nn.Sequential:

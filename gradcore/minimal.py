@@ -43,15 +43,15 @@ Choices where the source is loose (stated again in the chapter):
 * stacks of several convolutional layers (the source's appendix 7) are not covered: the
   two-step attack here undoes one convolution.
 
-Numpy float64 for the exact part (:class:`MLP`, :func:`mlp_gradients`); torch readers
+Numpy float64 for the exact part (the network and its analytic gradient are
+:mod:`gradcore.dense`'s, with a sigmoid, ReLU or tanh activation); torch readers
 (:func:`first_layer_gradients`, :func:`two_step`) take gradients from a torch model.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -62,154 +62,8 @@ from . import models
 from . import gradients as grads
 from . import validation as check
 from .blas import single_thread
+from .dense import ACTIVATION_FUNCTIONS
 from .claims import Table
-from .registry import Registry
-
-# ----------------------------------------------------------------------------------
-# Monotonic activations, with their derivative and (where it exists) their inverse
-# ----------------------------------------------------------------------------------
-
-
-class Activation(NamedTuple):
-    """A monotonic activation: value, derivative from the pre-activation, and inverse.
-
-    ``inverse`` returns NaN where the output does not determine the input (a ReLU at 0, a
-    sigmoid rounded to exactly 0 or 1): those equations are unusable, not wrong.
-    """
-
-    forward: Callable[[np.ndarray], np.ndarray]
-    derivative: Callable[[np.ndarray], np.ndarray]
-    inverse: Callable[[np.ndarray], np.ndarray]
-
-
-def _sigmoid(z):
-    return 0.5 * (1.0 + np.tanh(0.5 * z))  # no overflow for large |z|
-
-
-def _logit(a):
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.log(a) - np.log1p(-a)
-    return np.where(np.isfinite(z), z, np.nan)
-
-
-def _relu_inverse(a):
-    return np.where(a > 0, a, np.nan)
-
-
-def _tanh_inverse(a):
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.arctanh(a)
-    return np.where(np.isfinite(z), z, np.nan)
-
-
-INVERTIBLE_ACTIVATIONS: Registry = Registry("activation")
-INVERTIBLE_ACTIVATIONS.add("sigmoid", Activation(_sigmoid, lambda z: _sigmoid(z) * (1 - _sigmoid(z)), _logit))
-INVERTIBLE_ACTIVATIONS.add("relu", Activation(lambda z: np.maximum(z, 0.0), lambda z: (z > 0).astype(float), _relu_inverse))
-INVERTIBLE_ACTIVATIONS.add("tanh", Activation(np.tanh, lambda z: 1 - np.tanh(z) ** 2, _tanh_inverse))
-
-# ----------------------------------------------------------------------------------
-# A float64 MLP and its analytic gradient
-# ----------------------------------------------------------------------------------
-
-
-@dataclass
-class MLP:
-    """``z_l = W_l a_l + b_l``; hidden layers followed by ``activation``, the last linear (logits).
-
-    Attributes
-    ----------
-    weights : list of numpy.ndarray
-        ``W_l`` shaped ``(out_l, in_l)``.
-    biases : list of numpy.ndarray
-        ``b_l`` shaped ``(out_l,)``; the first one is what the closed form needs.
-    activation : str
-        A name in :data:`INVERTIBLE_ACTIVATIONS` (``sigmoid`` in the paper).
-    """
-
-    weights: list
-    biases: list
-    activation: str = "sigmoid"
-
-    def __post_init__(self):
-        INVERTIBLE_ACTIVATIONS[self.activation]  # unknown names fail here, naming the known ones
-        if len(self.weights) == 0 or len(self.weights) != len(self.biases):
-            raise check.GradcoreValueError(f"an MLP needs one bias per weight matrix and at least one layer; got {len(self.weights)} "
-                                           f"weights and {len(self.biases)} biases")
-        for index, (weight, bias) in enumerate(zip(self.weights, self.biases)):
-            if weight.ndim != 2 or bias.shape != (weight.shape[0],):
-                raise check.GradcoreValueError(f"layer {index}: weight {weight.shape} and bias {bias.shape} do not fit")
-            if index and weight.shape[1] != self.weights[index - 1].shape[0]:
-                raise check.GradcoreValueError(f"layer {index} takes {weight.shape[1]} inputs, layer {index - 1} gives {self.weights[index - 1].shape[0]}")
-
-    @property
-    def widths(self) -> list[int]:
-        return [self.weights[0].shape[1]] + [w.shape[0] for w in self.weights]
-
-
-def random_mlp(widths: Sequence[int], rng: np.random.Generator, activation: str = "sigmoid", scale: float = 1.0,
-               bias_scale: float = 0.3) -> MLP:
-    """A random :class:`MLP` with ``W_l ~ N(0, scale^2 / in_l)``, ``b_l ~ N(0, bias_scale^2)``.
-
-    ``widths`` lists the input size, the hidden widths and the number of classes.
-    """
-    widths = [int(w) for w in widths]
-    if len(widths) < 2 or min(widths) < 1:
-        raise check.GradcoreValueError(f"widths must list the input size and at least one layer, all positive; got {widths}")
-    weights = [rng.normal(0.0, scale / math.sqrt(n_in), (n_out, n_in)) for n_in, n_out in zip(widths[:-1], widths[1:])]
-    return MLP(weights, [rng.normal(0.0, bias_scale, n) for n in widths[1:]], activation)
-
-
-def mlp_from_torch(model: nn.Module) -> MLP:
-    """Float64 copy of ``models.build("mlp", ...)``: ``[Flatten] (Linear Act)* Linear``."""
-    layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
-    names = {nn.Sigmoid: "sigmoid", nn.ReLU: "relu", nn.Tanh: "tanh"}
-    found = {names[type(m)] for m in model.modules() if type(m) in names}
-    if not layers or any(layer.bias is None for layer in layers) or len(found) > 1:
-        raise check.GradcoreValueError("needs an MLP of biased Linear layers with one kind of activation (sigmoid, relu or tanh)")
-    to_numpy = lambda t: t.detach().double().cpu().numpy()
-    return MLP([to_numpy(l.weight) for l in layers], [to_numpy(l.bias) for l in layers], found.pop() if found else "sigmoid")
-
-
-def mlp_gradients(network: MLP, inputs: np.ndarray, labels: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Analytic ``(dL/dW_l, dL/db_l)`` of the batch-mean cross-entropy, by backpropagation.
-
-    ``inputs`` is ``(B, d)``, ``labels`` ``(B,)`` class indices; the result has one pair per layer.
-    """
-    inputs = np.atleast_2d(np.asarray(inputs, dtype=np.float64))
-    labels = np.asarray(labels).reshape(-1)
-    if inputs.shape[1] != network.widths[0] or len(labels) != len(inputs):
-        raise check.GradcoreValueError(f"inputs {inputs.shape} and labels {labels.shape} do not fit an MLP taking {network.widths[0]} inputs")
-    act = INVERTIBLE_ACTIVATIONS[network.activation]
-    activations, pre = [inputs], []
-    for index, (weight, bias) in enumerate(zip(network.weights, network.biases)):
-        pre.append(activations[-1] @ weight.T + bias)
-        if index < len(network.weights) - 1:
-            activations.append(act.forward(pre[-1]))
-    logits = pre[-1]
-    probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
-    probabilities /= probabilities.sum(axis=1, keepdims=True)
-    delta = probabilities.copy()
-    delta[np.arange(len(labels)), labels] -= 1.0
-    delta /= len(labels)  # the batch mean
-    result = []
-    for index in range(len(network.weights) - 1, -1, -1):
-        result.append((delta.T @ activations[index], delta.sum(axis=0)))
-        if index:
-            delta = (delta @ network.weights[index]) * act.derivative(pre[index - 1])
-    return result[::-1]
-
-
-def mlp_loss(network: MLP, inputs: np.ndarray, labels: np.ndarray) -> float:
-    """Batch-mean cross-entropy of :class:`MLP` (for finite-difference checks)."""
-    act, a = INVERTIBLE_ACTIVATIONS[network.activation], np.atleast_2d(inputs)
-    for index, (weight, bias) in enumerate(zip(network.weights, network.biases)):
-        a = a @ weight.T + bias
-        if index < len(network.weights) - 1:
-            a = act.forward(a)
-    shifted = a - a.max(axis=1, keepdims=True)
-    log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    return float(-log_p[np.arange(len(a)), np.asarray(labels).reshape(-1)].mean())
-
 
 # ----------------------------------------------------------------------------------
 # Sec. 2.2: one instance from the first hidden layer's gradients
@@ -547,7 +401,7 @@ def deconvolve(layer: nn.Conv2d, activated: np.ndarray, activation: str, width: 
     if len(activated) != matrix.shape[0]:
         raise check.GradcoreValueError(f"the convolution gives {matrix.shape[0]} outputs, {len(activated)} were passed")
     bias = np.zeros(layer.out_channels) if layer.bias is None else layer.bias.detach().double().cpu().numpy()
-    target = INVERTIBLE_ACTIVATIONS[activation].inverse(activated) - np.repeat(bias, matrix.shape[0] // layer.out_channels)
+    target = ACTIVATION_FUNCTIONS[activation].inverse(activated) - np.repeat(bias, matrix.shape[0] // layer.out_channels)
     usable = np.isfinite(target)
     if not usable.any():
         raise check.GradcoreValueError("blocked: every convolution output is saturated or inactive, so none can be inverted")

@@ -28,259 +28,30 @@ weighted combination ``sum_k w_k a_k`` of the batch's inputs (see
 
 Two halves:
 
-* float64 numpy, independent of torch: :class:`DenseNetwork`, :func:`forward`,
-  :func:`gradients` (analytic backpropagation), :func:`walk_back`, and the analyses a
+* float64 numpy, on the dense network of :mod:`gradcore.dense` (its forward pass and
+  analytic gradient): :func:`walk_back`, and the analyses a
   chapter asserts on: :func:`central_difference_check`, :func:`magnitude_invariance`,
   :func:`batch_mixture_weights`, :func:`dead_layer_network`, :func:`blocked_fraction`;
 * torch: :func:`walk_back_torch` for the ``nn.Sequential`` MLPs that
   ``gradcore.models.build("mlp", ..., activation="relu")`` returns, and
-  :func:`from_torch` / :func:`gradient_pairs_from_torch` to compare the two.
+  :func:`gradient_pairs_from_torch` (with :func:`gradcore.dense.from_torch`) to compare the two.
+
+The walk itself is written once (:func:`_walk`) for numpy arrays and torch tensors.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
+from .dense import (DenseNetwork, LayerGradients, check_batch, check_gradients, check_inputs, flatten_gradients,
+                    forward, gradients, loss_value, per_sample_sensitivities, random_network, scale_gradients, softmax)
 from .validation import GradcoreValueError
-
-NUMPY_LOSSES = ("cross_entropy", "half_squared_error")
-
-#: Per-layer gradient of a :class:`DenseNetwork`: ``(dL/dW_l, dL/db_l)``, the second ``None`` for an unbiased layer.
-LayerGradients = list  # list[tuple[np.ndarray, np.ndarray | None]]
-
-
-# ----------------------------------------------------------------------------------
-# The network
-# ----------------------------------------------------------------------------------
-
-
-@dataclass
-class DenseNetwork:
-    """A fully-connected ReLU network in float64: ``z_l = W_l a_l + b_l``.
-
-    Attributes
-    ----------
-    weights : list of numpy.ndarray
-        ``W_l`` shaped ``(out_l, in_l)``; consecutive layers must chain.
-    biases : list of (numpy.ndarray or None), optional
-        ``b_l`` shaped ``(out_l,)``, or ``None`` for an unbiased layer; omitted, no layer
-        is biased.
-
-    Every hidden layer is followed by a ReLU; the last layer is linear (its output is
-    the logits of the cross-entropy, or the prediction of the half squared error).
-    """
-
-    weights: list
-    biases: list | None = None
-
-    def __post_init__(self):
-        if len(self.weights) == 0:
-            raise GradcoreValueError("a network needs at least one layer; got an empty list of weights")
-        self.weights = [np.array(weight, dtype=np.float64) for weight in self.weights]
-        if self.biases is None:
-            self.biases = [None] * len(self.weights)
-        if len(self.biases) != len(self.weights):
-            raise GradcoreValueError(f"{len(self.weights)} weight matrices but {len(self.biases)} biases "
-                                     "(use None for an unbiased layer)")
-        self.biases = [None if bias is None else np.array(bias, dtype=np.float64) for bias in self.biases]
-        for layer, (weight, bias) in enumerate(zip(self.weights, self.biases)):
-            if weight.ndim != 2 or weight.size == 0:
-                raise GradcoreValueError(f"weight of layer {layer} must be a non-empty (out, in) matrix, got shape {weight.shape}")
-            if bias is not None and bias.shape != (weight.shape[0],):
-                raise GradcoreValueError(f"bias of layer {layer} has shape {bias.shape}, expected ({weight.shape[0]},)")
-            if layer > 0 and weight.shape[1] != self.weights[layer - 1].shape[0]:
-                raise GradcoreValueError(f"layer {layer} takes {weight.shape[1]} inputs but layer {layer - 1} "
-                                         f"has {self.weights[layer - 1].shape[0]} outputs")
-
-    @property
-    def depth(self) -> int:
-        """Number of layers (weight matrices)."""
-        return len(self.weights)
-
-    @property
-    def widths(self) -> tuple[int, ...]:
-        """``(input size, hidden widths..., output size)``."""
-        return (self.weights[0].shape[1],) + tuple(weight.shape[0] for weight in self.weights)
-
-    @property
-    def biased_layers(self) -> list[int]:
-        """Indices of the layers that have a bias."""
-        return [layer for layer, bias in enumerate(self.biases) if bias is not None]
-
-    def scaled(self, factor: float) -> "DenseNetwork":
-        """A copy with every weight and bias multiplied by ``factor``.
-
-        A ReLU network is positively homogeneous in each layer, so this scales the logits
-        by roughly ``factor ** depth``: a small factor gives a near-uniform softmax, a
-        large one a confident model.
-        """
-        return DenseNetwork([weight * factor for weight in self.weights],
-                            [None if bias is None else bias * factor for bias in self.biases])
-
-
-def random_network(widths: Sequence[int], rng: np.random.Generator, bias: bool | Sequence[bool] = True,
-                   scale: float = 1.0, bias_scale: float = 0.3) -> DenseNetwork:
-    """A random :class:`DenseNetwork` with ``W_l ~ N(0, scale^2 / in_l)`` and ``b_l ~ N(0, bias_scale^2)``.
-
-    Parameters
-    ----------
-    widths : sequence of int
-        ``(input size, hidden widths..., output size)``; at least two entries.
-    rng : numpy.random.Generator
-        Source of the weights.
-    bias : bool or sequence of bool
-        Whether every layer, or each layer in turn, has a bias.
-    scale : float
-        Weight scale; ``1 / sqrt(in_l)`` keeps activations of order one at any width.
-    bias_scale : float
-        Standard deviation of the biases.
-    """
-    widths = [int(width) for width in widths]
-    if len(widths) < 2 or min(widths) < 1:
-        raise GradcoreValueError(f"widths must list the input size and at least one layer's output size, all positive; got {widths}")
-    depth = len(widths) - 1
-    has_bias = [bool(bias)] * depth if isinstance(bias, (bool, np.bool_)) else [bool(flag) for flag in bias]
-    if len(has_bias) != depth:
-        raise GradcoreValueError(f"bias flags for {len(has_bias)} layers given, but the widths describe {depth} layers")
-    weights = [rng.normal(0.0, scale / math.sqrt(fan_in), (fan_out, fan_in)) for fan_in, fan_out in zip(widths[:-1], widths[1:])]
-    biases = [rng.normal(0.0, bias_scale, fan_out) if flag else None for fan_out, flag in zip(widths[1:], has_bias)]
-    return DenseNetwork(weights, biases)
-
-
-@dataclass(frozen=True)
-class ForwardPass:
-    """Everything a forward pass computes, one entry per layer.
-
-    Attributes
-    ----------
-    inputs : list of numpy.ndarray
-        Input of each layer: the network input first, then each hidden ReLU output.
-    pre_activations : list of numpy.ndarray
-        ``z_l = W_l inputs[l] + b_l``; the last is the network output.
-    activations : list of numpy.ndarray
-        ``relu(z_l)`` for hidden layers, ``z_l`` itself for the (linear) output layer.
-    """
-
-    inputs: list
-    pre_activations: list
-    activations: list
-
-    @property
-    def output(self) -> np.ndarray:
-        """The network output (logits)."""
-        return self.activations[-1]
-
-
-def forward(network: DenseNetwork, inputs: np.ndarray) -> ForwardPass:
-    """Forward pass of one sample ``(D,)`` or a batch ``(B, D)``; entries keep that leading shape."""
-    inputs = _check_inputs(network, inputs, allow_single=True)
-    layer_inputs, pre_activations, activations = [], [], []
-    current = inputs
-    for layer, (weight, bias) in enumerate(zip(network.weights, network.biases)):
-        layer_inputs.append(current)
-        pre_activation = current @ weight.T
-        if bias is not None:
-            pre_activation = pre_activation + bias
-        is_hidden = layer < network.depth - 1
-        activation = np.maximum(pre_activation, 0.0) if is_hidden else pre_activation
-        pre_activations.append(pre_activation)
-        activations.append(activation)
-        current = activation
-    return ForwardPass(layer_inputs, pre_activations, activations)
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis, shifted by the maximum so it cannot overflow."""
-    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return shifted / shifted.sum(axis=-1, keepdims=True)
-
-
-def loss_value(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray, loss: str = "cross_entropy") -> float:
-    """The batch-mean loss: cross-entropy on class indices, or ``(1/2B) sum_k ||o_k - y_k||^2``."""
-    inputs, labels = _check_batch(network, inputs, labels, loss)
-    output = forward(network, inputs).output
-    if loss == "cross_entropy":
-        shifted = output - output.max(axis=1, keepdims=True)
-        log_probabilities = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-        return float(-log_probabilities[np.arange(len(labels)), labels].mean())
-    return float(0.5 * ((output - labels) ** 2).sum(axis=1).mean())
-
-
-def per_sample_sensitivities(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray,
-                             loss: str = "cross_entropy") -> tuple[ForwardPass, list]:
-    """``dL_k/dz_l`` of each sample's own loss at every layer, shaped ``(B, out_l)``.
-
-    At the output this is the residual: ``p_k - onehot(y_k)`` for the cross-entropy,
-    ``o_k - y_k`` for the half squared error. The batch-mean gradient's sensitivity is
-    their mean over ``k``.
-    """
-    inputs, labels = _check_batch(network, inputs, labels, loss)
-    passed = forward(network, inputs)
-    output = passed.output
-    if loss == "cross_entropy":
-        residual = softmax(output)
-        residual[np.arange(len(labels)), labels] -= 1.0
-    else:
-        residual = output - labels
-    sensitivities = [None] * network.depth
-    sensitivities[-1] = residual
-    for layer in range(network.depth - 1, 0, -1):
-        # ReLU derivative: 1 where the unit was active (z > 0), 0 elsewhere, including at the kink.
-        below = sensitivities[layer] @ network.weights[layer]
-        sensitivities[layer - 1] = below * (passed.pre_activations[layer - 1] > 0)
-    return passed, sensitivities
-
-
-def gradients(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray, loss: str = "cross_entropy") -> LayerGradients:
-    """Analytic batch-mean gradient, one ``(dL/dW_l, dL/db_l)`` pair per layer.
-
-    Parameters
-    ----------
-    network : DenseNetwork
-    inputs : numpy.ndarray
-        One sample ``(D,)`` or a batch ``(B, D)``.
-    labels : numpy.ndarray
-        Class indices ``(B,)`` (an int for one sample) for ``cross_entropy``; targets
-        ``(B, C)`` (or ``(C,)``) for ``half_squared_error``.
-    loss : {"cross_entropy", "half_squared_error"}
-
-    Returns
-    -------
-    list of (numpy.ndarray, numpy.ndarray or None)
-        ``dL/dW_l = (1/B) sum_k outer(g_k, a_k)`` and ``dL/db_l = (1/B) sum_k g_k``, with
-        ``g_k = dL_k/dz_l``; ``None`` in place of ``dL/db_l`` for an unbiased layer.
-    """
-    passed, sensitivities = per_sample_sensitivities(network, inputs, labels, loss)
-    batch = len(passed.inputs[0])
-    result = []
-    for layer, bias in enumerate(network.biases):
-        sensitivity = sensitivities[layer]
-        weight_gradient = sensitivity.T @ passed.inputs[layer] / batch
-        bias_gradient = None if bias is None else sensitivity.mean(axis=0)
-        result.append((weight_gradient, bias_gradient))
-    return result
-
-
-def scale_gradients(layer_gradients: LayerGradients, factor: float) -> LayerGradients:
-    """Every entry of a gradient multiplied by ``factor`` (what a smaller loss does to its magnitude)."""
-    return [(weight * factor, None if bias is None else bias * factor) for weight, bias in layer_gradients]
-
-
-def flatten_gradients(layer_gradients: LayerGradients) -> np.ndarray:
-    """All entries of a gradient as one vector, layer by layer, weight before bias."""
-    parts = []
-    for weight, bias in layer_gradients:
-        parts.append(np.ravel(weight))
-        if bias is not None:
-            parts.append(np.ravel(bias))
-    return np.concatenate(parts)
-
 
 # ----------------------------------------------------------------------------------
 # The walk-back
@@ -388,34 +159,65 @@ def walk_back(network: DenseNetwork, layer_gradients: LayerGradients, start: int
     row of a biased ReLU layer is active for a single sample only, that sample's weight
     is 1 and it comes back exactly.
     """
-    layer_gradients = _check_gradients(network, layer_gradients)
+    _require_relu(network)
+    layer_gradients = check_gradients(network, layer_gradients)
     start = _start_layer(network.biased_layers, start)
-    depth = network.depth
+    shapes = [f"{weight.shape[1]} -> {weight.shape[0]}" for weight in network.weights]
+    result = _walk(network.weights, network.biases, layer_gradients, start, shapes, _NUMPY)
+    result.reconstruction = None if result.blocked else result.inputs[0]
+    return result
+
+
+class _ArrayOperations(NamedTuple):
+    """The three operations of the walk that numpy and torch spell differently."""
+
+    count_nonzero: Callable
+    argmax_abs: Callable
+    relu: Callable
+
+
+_NUMPY = _ArrayOperations(lambda a: int(np.count_nonzero(a)), lambda a: int(np.argmax(np.abs(a))),
+                          lambda a: np.maximum(a, 0.0))
+_TORCH = _ArrayOperations(lambda a: int(torch.count_nonzero(a)), lambda a: int(torch.argmax(a.abs())), torch.relu)
+
+
+def _walk(weights: list, biases: list, layer_gradients: list, start: int, descriptions: list[str],
+          operations: _ArrayOperations) -> WalkBackResult:
+    """Prop. 3.1's division, layer by layer from ``start`` down to the input, then forward up to the output.
+
+    ``weights``, ``biases`` and ``layer_gradients`` are arrays or tensors of one kind (and
+    dtype); ``descriptions`` name each layer in a block message.
+    """
+    depth = len(weights)
     inputs, rows, live_rows = [None] * depth, [None] * depth, [None] * depth
     sensitivity = None
     for layer in range(start, -1, -1):
         weight_gradient, bias_gradient = layer_gradients[layer]
         if bias_gradient is not None:
             sensitivity = bias_gradient
-        live = np.flatnonzero(sensitivity)
-        live_rows[layer] = int(live.size)
-        if live.size == 0:
-            shape = f"{weight_gradient.shape[1]} -> {weight_gradient.shape[0]}"
-            message = _blocked_message(layer, bias_gradient is not None, shape)
+        live_rows[layer] = operations.count_nonzero(sensitivity)
+        if live_rows[layer] == 0:
+            message = _blocked_message(layer, bias_gradient is not None, descriptions[layer])
             return WalkBackResult(inputs, rows, live_rows, start, message, layer, None)
-        row = int(np.argmax(np.abs(sensitivity)))
+        row = operations.argmax_abs(sensitivity)
         rows[layer] = row
         inputs[layer] = weight_gradient[row] / sensitivity[row]
         if layer > 0:
             # The recovered input is the ReLU output of layer - 1: positive exactly where that unit was live
             # (a dead unit's entry is 0 * g / g = 0 exactly, so the mask carries no rounding error).
-            sensitivity = (network.weights[layer].T @ sensitivity) * (inputs[layer] > 0)
+            sensitivity = (weights[layer].T @ sensitivity) * (inputs[layer] > 0)
     for layer in range(start, depth - 1):
-        above = network.weights[layer] @ inputs[layer]
-        if network.biases[layer] is not None:
-            above = above + network.biases[layer]
-        inputs[layer + 1] = np.maximum(above, 0.0)
-    return WalkBackResult(inputs, rows, live_rows, start, None, None, inputs[0])
+        above = weights[layer] @ inputs[layer]
+        if biases[layer] is not None:
+            above = above + biases[layer]
+        inputs[layer + 1] = operations.relu(above)
+    return WalkBackResult(inputs, rows, live_rows, start, None, None, None)
+
+
+def _require_relu(network: DenseNetwork) -> None:
+    if network.activation != "relu" or not network.first_activation:
+        raise GradcoreValueError(f"the walk-back reads active units off a ReLU network; this one uses {network.activation}"
+                                 + ("" if network.first_activation else " and has no activation after its first layer"))
 
 
 def _start_layer(biased_layers: list[int], start: int | None) -> int:
@@ -447,7 +249,8 @@ def central_difference_check(network: DenseNetwork, inputs: np.ndarray, labels: 
     analytic = gradients(network, inputs, labels, loss)
     # Perturb a private copy in place: the original network is never touched.
     probe = DenseNetwork([weight.copy() for weight in network.weights],
-                         [None if bias is None else bias.copy() for bias in network.biases])
+                         [None if bias is None else bias.copy() for bias in network.biases], network.activation,
+                         network.first_activation)
     worst = 0.0
     for layer in range(network.depth):
         parameters = [(probe.weights[layer], analytic[layer][0])]
@@ -490,7 +293,7 @@ def magnitude_invariance(network: DenseNetwork, inputs: np.ndarray, labels: np.n
         A batch of more than one sample, a non-positive scale, or a walk-back that is
         blocked for this sample.
     """
-    single = _check_inputs(network, inputs, allow_single=True)
+    single = check_inputs(network, inputs, allow_single=True)
     if single.ndim == 2 and len(single) != 1:
         raise GradcoreValueError(f"magnitude invariance is measured on one sample; got a batch of {len(single)}")
     truth = forward(network, single.reshape(1, -1)).inputs
@@ -643,7 +446,7 @@ def share_survey(widths: Sequence[int], inputs: np.ndarray, labels: np.ndarray, 
 
 def output_residuals(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray, row: int) -> np.ndarray:
     """``p_k[row] - [y_k = row]`` under cross-entropy: how wrong the model is about class ``row`` on each sample."""
-    inputs, labels = _check_batch(network, inputs, labels, "cross_entropy")
+    inputs, labels = check_batch(network, inputs, labels, "cross_entropy")
     if not 0 <= row < network.widths[-1]:
         raise GradcoreValueError(f"row {row} is not a class; the network has {network.widths[-1]} outputs")
     probabilities = softmax(forward(network, inputs).output)
@@ -845,106 +648,15 @@ def walk_back_torch(model: nn.Module, gradient: Sequence[torch.Tensor], shape: S
                                  f"takes {layers[0][1].in_features}")
     start = _start_layer([number for number, (_, layer) in enumerate(layers) if layer.bias is not None], start)
     reference = layer_gradients[start][0]
-    weights = [layer.weight.detach().to(reference.device, reference.dtype) for _, layer in layers]
-    depth = len(layers)
-    inputs, rows, live_rows = [None] * depth, [None] * depth, [None] * depth
-    sensitivity = None
+    place = dict(device=reference.device, dtype=reference.dtype)
+    weights = [layer.weight.detach().to(**place) for _, layer in layers]
+    biases = [None if layer.bias is None else layer.bias.detach().to(**place) for _, layer in layers]
+    layer_gradients = [(weight.to(reference.dtype), None if bias is None else bias.to(reference.dtype))
+                       for weight, bias in layer_gradients]
+    descriptions = [f"model[{index}], Linear {layer.in_features} -> {layer.out_features}" for index, layer in layers]
     with torch.no_grad():
-        for number in range(start, -1, -1):
-            weight_gradient, bias_gradient = layer_gradients[number]
-            if bias_gradient is not None:
-                sensitivity = bias_gradient.to(reference.dtype)
-            live = int(torch.count_nonzero(sensitivity))
-            live_rows[number] = live
-            if live == 0:
-                index, layer = layers[number]
-                message = _blocked_message(number, bias_gradient is not None,
-                                           f"model[{index}], Linear {layer.in_features} -> {layer.out_features}")
-                return WalkBackResult(inputs, rows, live_rows, start, message, number, None)
-            row = int(torch.argmax(sensitivity.abs()))
-            rows[number] = row
-            inputs[number] = weight_gradient[row].to(reference.dtype) / sensitivity[row]
-            if number > 0:
-                sensitivity = (weights[number].T @ sensitivity) * (inputs[number] > 0)
-        for number in range(start, depth - 1):
-            layer = layers[number][1]
-            above = weights[number] @ inputs[number]
-            if layer.bias is not None:
-                above = above + layer.bias.detach().to(reference.device, reference.dtype)
-            inputs[number + 1] = torch.relu(above)
-    return WalkBackResult(inputs, rows, live_rows, start, None, None, inputs[0].reshape(1, *shape))
+        result = _walk(weights, biases, layer_gradients, start, descriptions, _TORCH)
+    result.reconstruction = None if result.blocked else result.inputs[0].reshape(1, *shape)
+    return result
 
 
-def from_torch(model: nn.Module) -> DenseNetwork:
-    """A float64 numpy copy of a torch MLP's weights, for :func:`walk_back` and the analyses."""
-    layers = _linear_layers(model)
-    return DenseNetwork([layer.weight.detach().double().cpu().numpy() for _, layer in layers],
-                        [None if layer.bias is None else layer.bias.detach().double().cpu().numpy() for _, layer in layers])
-
-
-def gradient_pairs_from_torch(model: nn.Module, gradient: Sequence[torch.Tensor]) -> LayerGradients:
-    """A torch gradient (``model.parameters()`` order) as float64 numpy ``(dL/dW_l, dL/db_l)`` pairs."""
-    layers = _linear_layers(model)
-    return [(weight.detach().double().cpu().numpy(), None if bias is None else bias.detach().double().cpu().numpy())
-            for weight, bias in _torch_layer_gradients(model, gradient, layers)]
-
-
-# ----------------------------------------------------------------------------------
-# Validation
-# ----------------------------------------------------------------------------------
-
-
-def _check_inputs(network: DenseNetwork, inputs: np.ndarray, allow_single: bool) -> np.ndarray:
-    inputs = np.asarray(inputs, dtype=np.float64)
-    if inputs.ndim not in ((1, 2) if allow_single else (2,)) or inputs.shape[-1] != network.widths[0] or inputs.size == 0:
-        raise GradcoreValueError(f"inputs must be shaped ({network.widths[0]},) or (B, {network.widths[0]}) with B >= 1, "
-                                 f"got {inputs.shape}")
-    if not np.isfinite(inputs).all():
-        raise GradcoreValueError("inputs contain NaN or infinite values")
-    return inputs
-
-
-def _check_batch(network: DenseNetwork, inputs: np.ndarray, labels, loss: str) -> tuple[np.ndarray, np.ndarray]:
-    if loss not in NUMPY_LOSSES:
-        raise GradcoreValueError(f"unknown loss {loss!r}; known losses: {', '.join(NUMPY_LOSSES)}")
-    inputs = np.atleast_2d(_check_inputs(network, inputs, allow_single=True))
-    batch, classes = len(inputs), network.widths[-1]
-    if loss == "cross_entropy":
-        labels = np.atleast_1d(np.asarray(labels))
-        if not np.issubdtype(labels.dtype, np.integer):
-            raise GradcoreValueError(f"cross-entropy labels must be integer class indices, got dtype {labels.dtype}")
-        if labels.shape != (batch,):
-            raise GradcoreValueError(f"labels shaped {labels.shape} for a batch of {batch}: expected one class index per sample")
-        if labels.min() < 0 or labels.max() >= classes:
-            raise GradcoreValueError(f"labels must lie in 0..{classes - 1}, got {labels.min()}..{labels.max()}")
-        return inputs, labels
-    labels = np.atleast_2d(np.asarray(labels, dtype=np.float64))
-    if labels.shape != (batch, classes):
-        raise GradcoreValueError(f"half-squared-error targets must be shaped ({batch}, {classes}), got {labels.shape}")
-    return inputs, labels
-
-
-def _check_gradients(network: DenseNetwork, layer_gradients: LayerGradients) -> LayerGradients:
-    """The gradient as float64 array pairs, after checking it fits the network."""
-    layer_gradients = list(layer_gradients)
-    if len(layer_gradients) == 0:
-        raise GradcoreValueError(f"the gradient is empty: expected one (dL/dW, dL/db) pair per layer ({network.depth} for this network)")
-    if len(layer_gradients) != network.depth:
-        raise GradcoreValueError(f"the gradient has {len(layer_gradients)} layers but the network has {network.depth}")
-    for layer, (pair, weight, bias) in enumerate(zip(layer_gradients, network.weights, network.biases)):
-        if len(pair) != 2:
-            raise GradcoreValueError(f"gradient of layer {layer} must be a (dL/dW, dL/db) pair, got {len(pair)} entries")
-        weight_gradient, bias_gradient = pair
-        if np.shape(weight_gradient) != weight.shape:
-            raise GradcoreValueError(f"dL/dW of layer {layer} has shape {np.shape(weight_gradient)}, its weight has {weight.shape}")
-        if (bias is None) != (bias_gradient is None):
-            raise GradcoreValueError(f"layer {layer} {'has no' if bias is None else 'has a'} bias, but its bias gradient is "
-                                     f"{'given' if bias is None else 'None'}")
-        if bias is not None and np.shape(bias_gradient) != bias.shape:
-            raise GradcoreValueError(f"dL/db of layer {layer} has shape {np.shape(bias_gradient)}, its bias has {bias.shape}")
-        for name, entry in (("dL/dW", weight_gradient), ("dL/db", bias_gradient)):
-            if entry is not None and not np.isfinite(entry).all():
-                raise GradcoreValueError(f"{name} of layer {layer} has NaN or infinite values")
-    return [(np.asarray(weight_gradient, dtype=np.float64),
-             None if bias_gradient is None else np.asarray(bias_gradient, dtype=np.float64))
-            for weight_gradient, bias_gradient in layer_gradients]

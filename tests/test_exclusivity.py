@@ -8,7 +8,7 @@ from torch import nn
 import gradcore
 from gradcore import exclusivity as ex
 from gradcore import experiments
-from gradcore import walkback
+from gradcore import dense, walkback
 
 
 def _batch(rng, size, dim=16):
@@ -30,10 +30,10 @@ def test_exclusive_neurons_on_a_hand_written_pattern():
 
 def test_counts_match_a_brute_force_loop():
     rng = np.random.default_rng(0)
-    network = walkback.random_network((16, 12, 10, 5), rng)
+    network = dense.random_network((16, 12, 10, 5), rng)
     inputs, _ = _batch(rng, 5)
     counts = ex.analyse(network, inputs).counts
-    pre = walkback.forward(network, inputs).pre_activations
+    pre = dense.forward(network, inputs).pre_activations
     for layer in range(2):
         on = pre[layer] > 0
         for sample in range(5):
@@ -56,7 +56,7 @@ def test_classification_and_its_reason(counts, width, state, words):
 
 def test_without_the_first_relu_no_sample_is_exclusive_there():
     rng = np.random.default_rng(1)
-    network = walkback.random_network((16, 6, 64, 5), rng)
+    network = dense.random_network((16, 6, 64, 5), rng)
     inputs, _ = _batch(rng, 7)
     report = ex.analyse(network, inputs, first_relu=False)
     assert report.counts[0].max() == 0 and report.state == "secure"
@@ -69,7 +69,7 @@ def test_without_the_first_relu_no_sample_is_exclusive_there():
 
 def _insecure(widths, batch_size, seed=0):
     rng = np.random.default_rng(seed)
-    network = walkback.random_network(widths, rng)
+    network = dense.random_network(widths, rng)
     pool, pool_labels = _batch(rng, 200, widths[0])
     index = ex.find_batch(network, pool, batch_size, "insecure", rng)
     return network, pool[index], pool_labels[index]
@@ -78,7 +78,7 @@ def _insecure(widths, batch_size, seed=0):
 @pytest.mark.parametrize("widths, batch_size", [((16, 64, 5), 3), ((16, 256, 256, 5), 5), ((16, 256, 128, 128, 5), 3)])
 def test_exact_recovery_of_insecure_batches(widths, batch_size):
     network, inputs, labels = _insecure(widths, batch_size)
-    recovery = ex.reconstruct(network, walkback.gradients(network, inputs, labels), batch_size)
+    recovery = ex.reconstruct(network, dense.gradients(network, inputs, labels), batch_size)
     assert ex.worst_relative_error(recovery.inputs, inputs) < 1e-10
     assert sorted(recovery.labels.tolist()) == sorted(labels.tolist())
     assert recovery.gradient_residual < 1e-10
@@ -86,7 +86,7 @@ def test_exact_recovery_of_insecure_batches(widths, batch_size):
 
 def test_attack_agrees_with_the_analysis():
     rng = np.random.default_rng(2)
-    network = walkback.random_network((16, 40, 40, 5), rng)
+    network = dense.random_network((16, 40, 40, 5), rng)
     pool, pool_labels = _batch(rng, 300)
     points = ex.survey(network, pool, pool_labels, (2, 3, 4), 15, rng)
     assert sum(point.insecure for point in points) > 0 and sum(point.insecure for point in points) < 45  # both kinds drawn
@@ -98,9 +98,9 @@ def _confident_case(trial):
     """A network scaled up until its softmax saturates, and a batch of two it classifies confidently."""
     rng = np.random.default_rng(trial)
     widths = (12, int(rng.integers(8, 40)), int(rng.integers(8, 40)), 4)
-    network = walkback.random_network(widths, rng).scaled(float(rng.choice([3.0, 5.0, 8.0])))
+    network = dense.random_network(widths, rng).scaled(float(rng.choice([3.0, 5.0, 8.0])))
     inputs = rng.random((2, 12))
-    labels = walkback.softmax(walkback.forward(network, inputs).output).argmax(axis=1)
+    labels = dense.softmax(dense.forward(network, inputs).output).argmax(axis=1)
     return network, inputs, labels
 
 
@@ -116,7 +116,7 @@ def test_analysis_says_why_the_attack_fails_on_a_very_confident_model(trial, fai
     plain = ex.analyse(network, inputs)
     assert plain.insecure and plain.recoverable is None
     with pytest.raises(ValueError, match=failure):
-        ex.reconstruct(network, walkback.gradients(network, inputs, labels), 2)
+        ex.reconstruct(network, dense.gradients(network, inputs, labels), 2)
     report = ex.analyse(network, inputs, labels=labels)
     assert report.insecure and report.state == plain.state and report.reason == plain.reason  # the paper's verdict stays
     assert report.recoverable is False
@@ -135,23 +135,23 @@ def test_analysis_with_labels_agrees_with_the_attack_on_ordinary_batches():
 
 def test_not_insecure_at_the_last_layer_is_reported_with_counts():
     rng = np.random.default_rng(3)
-    network = walkback.random_network((16, 32, 5), rng)
+    network = dense.random_network((16, 32, 5), rng)
     inputs, labels = _batch(rng, 2)
     inputs = np.vstack([inputs, inputs[:1]])  # a duplicated sample shares every unit with its twin
     labels = np.append(labels, labels[0])
     with pytest.raises(ex.NotInsecureError, match=r"only \d of 3 samples show >= 2 exclusive neurons at the last ReLU layer"):
-        ex.reconstruct(network, walkback.gradients(network, inputs, labels), 3)
+        ex.reconstruct(network, dense.gradients(network, inputs, labels), 3)
     assert not ex.analyse(network, inputs).insecure
 
 
 def test_not_insecure_at_a_lower_layer_is_reported():
     # Wide last layer, a first layer of width 4: the last layer separates the samples, the first cannot.
     rng = np.random.default_rng(4)
-    network = walkback.random_network((16, 4, 256, 5), rng)
+    network = dense.random_network((16, 4, 256, 5), rng)
     pool, pool_labels = _batch(rng, 200)
     index = ex.find_batch(network, pool, 3, lambda report: report.counts[1].min() >= 2 and report.counts[0].min() == 0, rng)
     with pytest.raises(ex.NotInsecureError, match="no exclusive neuron at ReLU layer 1"):
-        ex.reconstruct(network, walkback.gradients(network, pool[index], pool_labels[index]), 3)
+        ex.reconstruct(network, dense.gradients(network, pool[index], pool_labels[index]), 3)
 
 
 def test_zero_bias_gradient_is_reported_not_divided():
@@ -170,10 +170,10 @@ def test_loss_groups_skip_zero_and_single_columns():
 
 def test_bad_inputs_are_named():
     network, inputs, labels = _insecure((16, 64, 5), 3)
-    gradient = walkback.gradients(network, inputs, labels)
+    gradient = dense.gradients(network, inputs, labels)
     with pytest.raises(ValueError, match="batch size given is wrong"):
         ex.reconstruct(network, gradient, 2)
-    unbiased = walkback.DenseNetwork(network.weights, [None, network.biases[1]])
+    unbiased = dense.DenseNetwork(network.weights, [None, network.biases[1]])
     with pytest.raises(ValueError, match=r"hidden layer\(s\) \[0\] have no bias"):
         ex.reconstruct(unbiased, gradient, 3)
     with pytest.raises(ValueError, match="NaN"):
@@ -188,7 +188,7 @@ def test_bad_inputs_are_named():
 def test_registered_attack_on_a_torch_mlp():
     torch.manual_seed(0)
     model = gradcore.models.build("mlp", (1, 4, 4), 5, seed=0, widths=(256, 256)).double()
-    network = walkback.from_torch(model)
+    network = dense.from_torch(model)
     rng = np.random.default_rng(5)
     pool = rng.random((100, 16))
     index = ex.find_batch(network, pool, 3, "insecure", rng)
@@ -223,7 +223,7 @@ def test_hybrid_attack_recovers_features_then_inputs():
         generator = torch.Generator().manual_seed(seed)
         inputs = torch.rand(2, 1, 4, 4, generator=generator, dtype=torch.float64)
         trunk_features = model[:3](inputs).detach().numpy()
-        if ex.analyse(walkback.from_torch(model[3:]), trunk_features).insecure:
+        if ex.analyse(dense.from_torch(model[3:]), trunk_features).insecure:
             break
     gradient = gradcore.batch_gradient(model, inputs, torch.tensor([1, 4]))
     result = gradcore.attack("exclusivity_hybrid", model, gradient, shape=(1, 4, 4), batch_size=2, truth=inputs,
@@ -238,7 +238,7 @@ def test_hybrid_attack_recovers_features_then_inputs():
 
 def test_artifact_batch_keeps_the_gradient_and_moves_the_pixels():
     rng = np.random.default_rng(6)
-    network = walkback.random_network((16, 3, 32, 5), rng)
+    network = dense.random_network((16, 3, 32, 5), rng)
     pool, pool_labels = _batch(rng, 100)
     index = ex.find_batch(network, pool, 6, "secure", rng)
     artifact = ex.artifact_batch(network, pool[index], pool_labels[index])
@@ -247,15 +247,15 @@ def test_artifact_batch_keeps_the_gradient_and_moves_the_pixels():
     assert artifact.inputs.min() >= 0 and artifact.inputs.max() <= 1
     assert artifact.dimension == (6 - 3) * (16 - 3)
     # The same perturbation on a different model changes its gradient: the test can fail.
-    other = walkback.random_network((16, 3, 32, 5), rng)
-    moved = np.abs(walkback.flatten_gradients(walkback.gradients(other, artifact.inputs, pool_labels[index]))
-                   - walkback.flatten_gradients(walkback.gradients(other, pool[index], pool_labels[index]))).max()
+    other = dense.random_network((16, 3, 32, 5), rng)
+    moved = np.abs(dense.flatten_gradients(dense.gradients(other, artifact.inputs, pool_labels[index]))
+                   - dense.flatten_gradients(dense.gradients(other, pool[index], pool_labels[index]))).max()
     assert moved > 1e-6
 
 
 def test_exclusive_sample_is_pinned():
     rng = np.random.default_rng(7)
-    network = walkback.random_network((16, 4, 32, 5), rng)
+    network = dense.random_network((16, 4, 32, 5), rng)
     pool, pool_labels = _batch(rng, 100)
     index = ex.find_batch(network, pool, 6, lambda report: 0 < (report.counts[0] > 0).sum() < 6, rng)
     counts = ex.analyse(network, pool[index]).counts[0]
@@ -268,7 +268,7 @@ def test_exclusive_sample_is_pinned():
 def _secure_batch():
     """A batch of 6 without exclusivity on a (16-3-32-5) network: room for artifact batches."""
     rng = np.random.default_rng(6)
-    network = walkback.random_network((16, 3, 32, 5), rng)
+    network = dense.random_network((16, 3, 32, 5), rng)
     pool, pool_labels = _batch(rng, 100)
     index = ex.find_batch(network, pool, 6, "secure", rng)
     return network, pool[index], pool_labels[index]
@@ -298,16 +298,16 @@ def test_entry_points_refuse_what_is_not_a_network_or_a_batch():
     with pytest.raises(ValueError, match=r"inputs must be shaped \(16,\) or \(B, 16\)"):
         ex.analyse(network, inputs[:, :5])
     with pytest.raises(TypeError, match="batch size must be a whole number"):
-        ex.reconstruct(network, walkback.gradients(network, inputs, labels), 3.0)
+        ex.reconstruct(network, dense.gradients(network, inputs, labels), 3.0)
     with pytest.raises(ValueError, match="tolerance must be > 0"):
-        ex.reconstruct(network, walkback.gradients(network, inputs, labels), 3, tolerance=-1.0)
+        ex.reconstruct(network, dense.gradients(network, inputs, labels), 3, tolerance=-1.0)
     with pytest.raises(ValueError, match="batch size must be between 1 and 3"):
         ex.find_batch(network, inputs, 4, "secure", np.random.default_rng(0))
 
 
 def test_no_artifact_without_room():
     rng = np.random.default_rng(8)
-    network = walkback.random_network((16, 8, 32, 5), rng)
+    network = dense.random_network((16, 8, 32, 5), rng)
     inputs, labels = _batch(rng, 3)
     with pytest.raises(ValueError, match="no gradient-preserving perturbation"):
         ex.artifact_batch(network, inputs, labels)

@@ -7,39 +7,39 @@ import pytest
 import torch
 
 import gradcore
-from gradcore import experiments, minimal, models
+from gradcore import dense, experiments, minimal, models
 from gradcore.attacks import regularised
 
 
 def _single(widths, activation, seed=0, label=3):
     rng = np.random.default_rng(seed)
-    network = minimal.random_mlp(widths, rng, activation)
+    network = dense.random_network(widths, rng, activation=activation)
     x = rng.uniform(size=(1, widths[0]))
-    return network, x, minimal.mlp_gradients(network, x, np.array([label]))
+    return network, x, dense.gradients(network, x, np.array([label]))
 
 
-def test_mlp_gradients_match_central_differences():
+def test_dense_gradients_match_central_differences_with_sigmoids():
     rng = np.random.default_rng(1)
-    network = minimal.random_mlp((5, 4, 3, 3), rng, "sigmoid")
+    network = dense.random_network((5, 4, 3, 3), rng, "sigmoid")
     x, y = rng.normal(size=(2, 5)), np.array([0, 2])
-    analytic = minimal.mlp_gradients(network, x, y)
+    analytic = dense.gradients(network, x, y)
     for layer in (0, 2):
         for parameter, index in ((network.weights[layer], 0), (network.biases[layer], 1)):
             numeric = np.zeros_like(parameter)
             for position in np.ndindex(parameter.shape):
                 parameter[position] += 1e-6
-                up = minimal.mlp_loss(network, x, y)
+                up = dense.loss_value(network, x, y)
                 parameter[position] -= 2e-6
-                numeric[position] = (up - minimal.mlp_loss(network, x, y)) / 2e-6
+                numeric[position] = (up - dense.loss_value(network, x, y)) / 2e-6
                 parameter[position] += 1e-6
             assert np.abs(numeric - analytic[layer][index]).max() < 1e-8
 
 
-def test_mlp_gradients_match_torch_autograd():
+def test_dense_gradients_match_torch_autograd_with_tanh():
     model = models.build("mlp", (1, 4, 4), 5, seed=0, widths=(6, 5), activation="tanh").double()
     x, y = torch.rand(3, 1, 4, 4, dtype=torch.float64), torch.tensor([0, 4, 2])
     torch_gradient = gradcore.batch_gradient(model, x, y)
-    ours = minimal.mlp_gradients(minimal.mlp_from_torch(model), x.flatten(1).numpy(), y.numpy())
+    ours = dense.gradients(dense.from_torch(model), x.flatten(1).numpy(), y.numpy())
     flat = [array for pair in ours for array in pair]
     assert all(np.allclose(a, t.numpy(), atol=1e-14) for a, t in zip(flat, torch_gradient))
 
@@ -63,7 +63,7 @@ def test_one_hidden_unit_suffices():
 def test_dead_rows_are_skipped_and_counted():
     network, x, _ = _single((20, 12, 10), "relu", seed=4)
     network.biases[0][:9] = -100.0  # nine first-layer ReLUs that never fire
-    gradient = minimal.mlp_gradients(network, x, np.array([3]))
+    gradient = dense.gradients(network, x, np.array([3]))
     inversion = minimal.first_layer_inversion(*gradient[0])
     assert inversion.dead_rows >= 9 and not set(range(9)) & set(inversion.rows.tolist())
     assert minimal.relative_error(inversion.input, x) < 1e-10
@@ -93,8 +93,8 @@ def test_bad_gradients_are_refused():
 
 def test_a_batch_gradient_is_recognised_as_not_one_instance():
     rng = np.random.default_rng(0)
-    network = minimal.random_mlp((20, 8, 10), rng)
-    gradient = minimal.mlp_gradients(network, rng.uniform(size=(3, 20)), np.array([0, 1, 2]))
+    network = dense.random_network((20, 8, 10), rng)
+    gradient = dense.gradients(network, rng.uniform(size=(3, 20)), np.array([0, 1, 2]))
     with pytest.raises(ValueError, match="not one instance"):
         minimal.first_layer_inversion(*gradient[0])
 
@@ -104,8 +104,8 @@ def test_batch_span_needs_as_many_hidden_units_as_samples():
     x = rng.uniform(size=(4, 30))
     residual = {}
     for hidden in (2, 3, 4, 8):
-        network = minimal.random_mlp((30, hidden, 10), rng)
-        residual[hidden] = minimal.batch_span_residual(minimal.mlp_gradients(network, x, np.array([0, 1, 2, 3]))[0][0], x)
+        network = dense.random_network((30, hidden, 10), rng)
+        residual[hidden] = minimal.batch_span_residual(dense.gradients(network, x, np.array([0, 1, 2, 3]))[0][0], x)
     assert residual[2] > 1e-2 and residual[3] > 1e-2
     assert residual[4] < 1e-10 and residual[8] < 1e-10
     with pytest.raises(ValueError, match="zero"):

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from gradcore import client
 import gradcore
-from gradcore import attacks, data, defenses, exclusivity, gradients, metrics, minimal, models, validation, walkback
+from gradcore import attacks, data, defenses, dense, exclusivity, gradients, metrics, minimal, models, validation, walkback
 from gradcore.registry import UnknownNameError
 from gradcore.validation import GradcoreError, GradcoreTypeError, GradcoreValueError
 
@@ -351,10 +351,10 @@ BAD_CALLS = {
                                                                                                   minimal.conv_mlp((1, 4, 4), 3).parameters()],
                                                                   (1, 4, 4), iterations=v)),
     "reconstruct batch_size": (BAD_COUNT, lambda v: exclusivity.reconstruct(
-        walkback.from_torch(MODEL), walkback.gradient_pairs_from_torch(MODEL, GRADIENT), v)),
+        dense.from_torch(MODEL), walkback.gradient_pairs_from_torch(MODEL, GRADIENT), v)),
     "artifact target": (st.one_of(st.tuples(st.integers(2, 99), st.integers(0, 15)), st.tuples(st.integers(0, 1), st.integers(16, 99)),
                                   st.tuples(st.integers(max_value=-1), st.integers(0, 15)), st.just("flip"), st.just(3)),
-                        lambda v: exclusivity.artifact_batch(walkback.from_torch(MODEL), INPUTS.flatten(1).numpy(), LABELS.numpy(),
+                        lambda v: exclusivity.artifact_batch(dense.from_torch(MODEL), INPUTS.flatten(1).numpy(), LABELS.numpy(),
                                                              target=v)),
 }
 

@@ -16,6 +16,7 @@ import torch
 from gradcore import client
 from gradcore import gradients as grads
 from gradcore import models
+from gradcore import dense
 from gradcore import walkback as wb
 
 WIDTHS = (24, 16, 12, 8)  # input, two hidden layers, classes
@@ -23,7 +24,7 @@ WIDTHS = (24, 16, 12, 8)  # input, two hidden layers, classes
 
 def network_and_sample(seed, widths=WIDTHS, bias=True, scale=1.0):
     rng = np.random.default_rng(seed)
-    network = wb.random_network(widths, rng, bias=bias, scale=scale)
+    network = dense.random_network(widths, rng, bias=bias, scale=scale)
     return network, rng.random(widths[0]), int(rng.integers(widths[-1]))
 
 
@@ -53,7 +54,7 @@ def test_analytic_gradients_match_torch_autograd_on_a_batch(loss):
     images = torch.rand((4, 1, 8, 8), dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     labels = torch.tensor([1, 7, 7, 3]) if loss == "cross_entropy" else torch.randn((4, 10), dtype=torch.float64)
     reference = wb.gradient_pairs_from_torch(model, grads.batch_gradient(model, images, labels, loss))
-    ours = wb.gradients(wb.from_torch(model), images.reshape(4, -1).numpy(), labels.numpy(), loss)
+    ours = dense.gradients(dense.from_torch(model), images.reshape(4, -1).numpy(), labels.numpy(), loss)
     for (weight, bias), (weight_reference, bias_reference) in zip(ours, reference):
         assert np.abs(weight - weight_reference).max() < 1e-12 and np.abs(bias - bias_reference).max() < 1e-12
 
@@ -67,10 +68,10 @@ def test_analytic_gradients_match_torch_autograd_on_a_batch(loss):
 def test_three_stacked_layers_walk_back_to_the_input_exactly(seed):
     # The proposition's setting: W_0, W_1 unbiased, only the output layer biased, ReLU between.
     network, sample, label = network_and_sample(seed, bias=[False, False, True])
-    result = wb.walk_back(network, wb.gradients(network, sample, label))
+    result = wb.walk_back(network, dense.gradients(network, sample, label))
     assert result.recovered and result.blocked is None and result.start == 2
     assert np.mean((result.reconstruction - sample) ** 2) < 1e-20
-    truth = wb.forward(network, sample).inputs
+    truth = dense.forward(network, sample).inputs
     for recovered, true in zip(result.inputs, truth):
         assert np.abs(recovered - true).max() < 1e-14
     assert all(isinstance(row, int) for row in result.rows)
@@ -79,9 +80,9 @@ def test_three_stacked_layers_walk_back_to_the_input_exactly(seed):
 
 def test_every_layer_input_is_recovered_and_biased_layers_read_their_own_bias_gradient():
     network, sample, label = network_and_sample(11, widths=(20, 14, 12, 10, 6), bias=True)
-    gradient = wb.gradients(network, sample, label)
+    gradient = dense.gradients(network, sample, label)
     result = wb.walk_back(network, gradient)
-    truth = wb.forward(network, sample).inputs
+    truth = dense.forward(network, sample).inputs
     assert len(result.inputs) == network.depth == 4
     for layer, (recovered, true) in enumerate(zip(result.inputs, truth)):
         assert np.abs(recovered - true).max() < 1e-14
@@ -92,15 +93,15 @@ def test_every_layer_input_is_recovered_and_biased_layers_read_their_own_bias_gr
 def test_layers_above_the_start_are_filled_by_a_forward_pass():
     # Top layer unbiased: the walk must start at the biased layer 1, and layer 2's input comes from the forward pass.
     network, sample, label = network_and_sample(12, bias=[False, True, False])
-    result = wb.walk_back(network, wb.gradients(network, sample, label))
-    truth = wb.forward(network, sample).inputs
+    result = wb.walk_back(network, dense.gradients(network, sample, label))
+    truth = dense.forward(network, sample).inputs
     assert result.start == 1 and result.rows[2] is None and result.rows[1] is not None
     assert max(np.abs(recovered - true).max() for recovered, true in zip(result.inputs, truth)) < 1e-14
     # Starting lower on purpose gives the same answer.
     network, sample, label = network_and_sample(13, bias=True)
-    lower = wb.walk_back(network, wb.gradients(network, sample, label), start=0)
+    lower = wb.walk_back(network, dense.gradients(network, sample, label), start=0)
     assert lower.start == 0 and lower.rows[1:] == [None, None]
-    truth = wb.forward(network, sample).inputs
+    truth = dense.forward(network, sample).inputs
     assert max(np.abs(recovered - true).max() for recovered, true in zip(lower.inputs, truth)) < 1e-14
 
 
@@ -108,7 +109,7 @@ def test_walk_back_on_a_batch_returns_each_biased_layers_mixture():
     network, _, _ = network_and_sample(14, bias=True)
     rng = np.random.default_rng(15)
     inputs, labels = rng.random((4, WIDTHS[0])), np.array([0, 3, 3, 6])
-    gradient = wb.gradients(network, inputs, labels)
+    gradient = dense.gradients(network, inputs, labels)
     result = wb.walk_back(network, gradient)
     for layer in range(3):
         mixture = wb.batch_mixture_weights(network, inputs, labels, layer=layer)
@@ -155,7 +156,7 @@ def test_blocked_rate_of_narrow_networks_is_the_dead_layer_probability():
 
 def test_magnitude_invariance_table():
     network, sample, label = network_and_sample(21, bias=[False, False, True])
-    norm = np.linalg.norm(wb.flatten_gradients(wb.gradients(network, sample, label)))
+    norm = np.linalg.norm(dense.flatten_gradients(dense.gradients(network, sample, label)))
     rows = wb.magnitude_invariance(network, sample, label)
     assert [row.scale for row in rows] == [1.0, 1e-2, 1e-4, 1e-6]
     for row in rows:
@@ -176,8 +177,8 @@ def test_magnitude_invariance_table():
 def test_a_dead_layer_blocks_the_walk_back_and_zeroes_the_gradient_below(dead_layer):
     sample = np.random.default_rng(31).random(WIDTHS[0])
     network = wb.dead_layer_network(sample, WIDTHS, dead_layer=dead_layer, rng=32)
-    assert (wb.forward(network, sample).pre_activations[dead_layer] < 0).all()
-    gradient = wb.gradients(network, sample, 2)
+    assert (dense.forward(network, sample).pre_activations[dead_layer] < 0).all()
+    gradient = dense.gradients(network, sample, 2)
     with np.errstate(divide="raise", invalid="raise"):  # the walk-back must never divide by zero
         result = wb.walk_back(network, gradient)
     assert not result.recovered and result.reconstruction is None
@@ -215,7 +216,7 @@ def test_batch_mixture_weights_are_the_output_residuals(batch, seed):
     generator = torch.Generator().manual_seed(seed)
     images = torch.rand((batch, 1, 8, 8), dtype=torch.float64, generator=generator)
     labels = torch.randint(0, 10, (batch,), generator=generator)
-    network, inputs = wb.from_torch(model), images.reshape(batch, -1).numpy()
+    network, inputs = dense.from_torch(model), images.reshape(batch, -1).numpy()
     shared = wb.gradient_pairs_from_torch(model, grads.batch_gradient(model, images, labels))
     for row in range(10):
         mixture = wb.batch_mixture_weights(network, inputs, labels.numpy(), layer=2, row=row)
@@ -296,7 +297,7 @@ def test_walk_back_torch_agrees_with_numpy_and_the_input(seed, widths):
     assert result.recovered and result.reconstruction.shape == (1, 1, 8, 8)
     assert result.reconstruction.dtype == torch.float64
     assert (result.reconstruction - image).abs().max().item() < 1e-10
-    numpy_result = wb.walk_back(wb.from_torch(model), wb.gradient_pairs_from_torch(model, shared))
+    numpy_result = wb.walk_back(dense.from_torch(model), wb.gradient_pairs_from_torch(model, shared))
     assert result.rows == numpy_result.rows and result.live_rows == numpy_result.live_rows
     for ours, theirs in zip(result.inputs, numpy_result.inputs):
         assert np.abs(ours.numpy() - theirs).max() < 1e-10
@@ -324,7 +325,7 @@ def test_walk_back_torch_reports_a_dead_layer_like_numpy():
     assert "blocked at layer 1 (model[3], Linear 32 -> 16)" in result.blocked
     with pytest.raises(ValueError, match="blocked at layer 1"):
         result.require()
-    assert wb.walk_back(network, wb.gradients(network, sample, 0)).blocked_layer == 1
+    assert wb.walk_back(network, dense.gradients(network, sample, 0)).blocked_layer == 1
 
 
 def test_walk_back_torch_errors():
@@ -358,7 +359,7 @@ def test_walk_back_torch_errors():
 
 def test_walk_back_errors():
     network, sample, label = network_and_sample(71, bias=[False, True, True])
-    gradient = wb.gradients(network, sample, label)
+    gradient = dense.gradients(network, sample, label)
     with pytest.raises(ValueError, match="empty"):
         wb.walk_back(network, [])
     with pytest.raises(ValueError, match="2 layers but the network has 3"):
@@ -372,8 +373,8 @@ def test_walk_back_errors():
     with pytest.raises(ValueError, match="layer 0 is not one"):
         wb.walk_back(network, gradient, start=0)
     with pytest.raises(ValueError, match="no layer has a bias"):
-        unbiased = wb.DenseNetwork(network.weights)
-        wb.walk_back(unbiased, wb.gradients(unbiased, sample, label))
+        unbiased = dense.DenseNetwork(network.weights)
+        wb.walk_back(unbiased, dense.gradients(unbiased, sample, label))
     # An all-zero gradient is blocked, not a crash, at the layer the walk starts from.
     zero = [(np.zeros_like(weight), None if bias is None else np.zeros_like(bias)) for weight, bias in gradient]
     assert wb.walk_back(network, zero).blocked_layer == 2
@@ -382,24 +383,24 @@ def test_walk_back_errors():
 def test_network_and_data_errors():
     rng = np.random.default_rng(0)
     with pytest.raises(ValueError, match="empty list"):
-        wb.DenseNetwork([])
+        dense.DenseNetwork([])
     with pytest.raises(ValueError, match="layer 1 takes 5 inputs but layer 0 has 4 outputs"):
-        wb.DenseNetwork([np.ones((4, 3)), np.ones((2, 5))])
+        dense.DenseNetwork([np.ones((4, 3)), np.ones((2, 5))])
     with pytest.raises(ValueError, match="bias of layer 0"):
-        wb.DenseNetwork([np.ones((4, 3))], [np.ones(3)])
+        dense.DenseNetwork([np.ones((4, 3))], [np.ones(3)])
     with pytest.raises(ValueError, match="2 layers"):
-        wb.random_network((3, 4, 2), rng, bias=[True])
+        dense.random_network((3, 4, 2), rng, bias=[True])
     network, sample, label = network_and_sample(81)
     with pytest.raises(ValueError, match=r"inputs must be shaped \(24,\)"):
-        wb.gradients(network, np.ones(23), label)
+        dense.gradients(network, np.ones(23), label)
     with pytest.raises(ValueError, match="0..7"):
-        wb.gradients(network, sample, 8)
+        dense.gradients(network, sample, 8)
     with pytest.raises(ValueError, match="integer class indices"):
-        wb.gradients(network, sample, np.array([1.0]))
+        dense.gradients(network, sample, np.array([1.0]))
     with pytest.raises(ValueError, match="for a batch of 2"):
-        wb.gradients(network, np.ones((2, 24)), np.array([1, 2, 3]))
+        dense.gradients(network, np.ones((2, 24)), np.array([1, 2, 3]))
     with pytest.raises(ValueError, match="unknown loss"):
-        wb.gradients(network, sample, label, loss="hinge")
+        dense.gradients(network, sample, label, loss="hinge")
     with pytest.raises(ValueError, match="one sample"):
         wb.magnitude_invariance(network, np.ones((2, 24)), np.array([1, 2]))
     with pytest.raises(ValueError, match="step must be positive"):

@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from .. import exclusivity as analysis
+from .. import dense, walkback
 from .. import validation as check
-from .. import walkback
 from .base import ATTACKS, AttackResult, Observation, OptimiserSteps, optimise
 
 
@@ -46,8 +46,8 @@ def exclusivity(observation: Observation, tolerance: float | None = None) -> Att
     if observation.loss != "cross_entropy":
         raise check.GradcoreValueError(f"the exclusivity attack reads cross-entropy loss vectors; got loss {observation.loss!r}")
     _refuse_reduced(observation.model, observation.batch_size)
-    network = walkback.from_torch(observation.model)
-    pairs = walkback.gradient_pairs_from_torch(observation.model, observation.gradient)
+    pairs = walkback.gradient_pairs_from_torch(observation.model, observation.gradient)  # refuses a non-ReLU MLP
+    network = dense.from_torch(observation.model)
     if math.prod(observation.shape) != network.widths[0]:
         raise check.GradcoreValueError(f"an input of shape {observation.shape} has {math.prod(observation.shape)} entries, but the first "
                                        f"Linear layer takes {network.widths[0]}")
