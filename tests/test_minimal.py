@@ -20,7 +20,7 @@ def _single(widths, activation, seed=0, label=3):
 
 def test_dense_gradients_match_central_differences_with_sigmoids():
     rng = np.random.default_rng(1)
-    network = dense.random_network((5, 4, 3, 3), rng, "sigmoid")
+    network = dense.random_network((5, 4, 3, 3), rng, activation="sigmoid")
     x, y = rng.normal(size=(2, 5)), np.array([0, 2])
     analytic = dense.gradients(network, x, y)
     for layer in (0, 2):
@@ -93,7 +93,7 @@ def test_bad_gradients_are_refused():
 
 def test_a_batch_gradient_is_recognised_as_not_one_instance():
     rng = np.random.default_rng(0)
-    network = dense.random_network((20, 8, 10), rng)
+    network = dense.random_network((20, 8, 10), rng, activation="sigmoid")
     gradient = dense.gradients(network, rng.uniform(size=(3, 20)), np.array([0, 1, 2]))
     with pytest.raises(ValueError, match="not one instance"):
         minimal.first_layer_inversion(*gradient[0])
@@ -104,7 +104,7 @@ def test_batch_span_needs_as_many_hidden_units_as_samples():
     x = rng.uniform(size=(4, 30))
     residual = {}
     for hidden in (2, 3, 4, 8):
-        network = dense.random_network((30, hidden, 10), rng)
+        network = dense.random_network((30, hidden, 10), rng, activation="sigmoid")
         residual[hidden] = minimal.batch_span_residual(dense.gradients(network, x, np.array([0, 1, 2, 3]))[0][0], x)
     assert residual[2] > 1e-2 and residual[3] > 1e-2
     assert residual[4] < 1e-10 and residual[8] < 1e-10
