@@ -17,7 +17,8 @@ conditions:
   infinitely many *artifact batches* share the gradient (Theorem 2, Corollary 1), which
   :func:`artifact_batch` constructs.
 
-A batch meeting neither condition is "neither": the paper proves nothing about it.
+A batch meeting neither condition is "neither": the paper proves nothing about it. The
+registered attacks built on :func:`reconstruct` are in :mod:`gradcore.attacks.exclusivity`.
 
 The attack, with the choices made where the source (the paper's body without its
 appendices) leaves details open:

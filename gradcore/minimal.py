@@ -17,7 +17,7 @@ Federated Learning" (the source of the ``minimal-structure`` chapter). Three cas
    :func:`two_step`).
 3. **A batch** (Sec. 2.2 and 3): no closed form; gradient matching plus a regulariser
    (none, orthogonality ``sum_{k != k'} (x_k . x_k')^2`` or L2 ``sum_k |x_k|^2``), with
-   Adam or L-BFGS: the attack ``regularised_matching``. Demixing a batch of ``B`` needs at
+   Adam or L-BFGS: the attack ``regularised_matching`` (:mod:`gradcore.attacks.regularised`). Demixing a batch of ``B`` needs at
    least ``B`` hidden units (:func:`demixing_condition`, :func:`batch_span_residual`).
 
 Choices where the source is loose (stated again in the chapter):

@@ -72,8 +72,6 @@ def _refuse_reduced(model: nn.Module, batch_size: int) -> None:
                                        "use the 'closed_form' attack")
 
 
-
-
 @ATTACKS.register("exclusivity_hybrid")
 def exclusivity_hybrid(observation: Observation, iterations: int = 100, tolerance: float | None = None,
                   max_iter: int = 20) -> AttackResult:

@@ -23,7 +23,7 @@ from .common import scenario
 
 
 def cnn_case(dataset, seed: int = 0, **options):
-    """A one-instance :class:`gradcore.experiments.Scenario` on a seeded float64 :func:`conv_mlp`."""
+    """A one-instance :class:`gradcore.experiments.Scenario` on a seeded float64 :func:`gradcore.minimal.conv_mlp`."""
     state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
@@ -31,8 +31,6 @@ def cnn_case(dataset, seed: int = 0, **options):
     finally:
         torch.random.set_rng_state(state)
     return scenario(dataset, model, 1, seed=seed, dtype=torch.float64)
-
-
 
 
 def batch_sweep(dataset, batch_sizes: Sequence[int], regularisers: Sequence[str], model_options: dict, attack_options: dict,
@@ -118,7 +116,6 @@ def compare_with_dlg(cases: dict, dlg_config: dict, iterations: int, seed: int =
     """
     return {name: (case.attack("two_step", known_labels=False, iterations=iterations),
                    case.attack("dlg", seed=seed, **dlg_config)) for name, case in cases.items()}
-
 
 
 def closed_form_gallery(images: torch.Tensor, labels: torch.Tensor, architectures: dict, activation: str, num_classes: int,
