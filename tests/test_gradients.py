@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from gradcore import client
-from gradcore import defenses, gradients
+from gradcore import gradients
 
 
 def finite_difference_gradient(model, inputs, targets, loss, step=1e-6):
@@ -154,43 +154,6 @@ def test_per_sample_gradients_with_regression_targets(make_linear_unit):
 
 
 # ----------------------------------------------------------------------------------
-# shared_gradient
-# ----------------------------------------------------------------------------------
-
-
-def test_shared_gradient_without_defense_is_the_detached_batch_gradient(make_mlp):
-    model = make_mlp()
-    inputs, labels = sample(batch=2, num_classes=10)
-    shared = client.shared_gradient(model, inputs, labels)
-    batch = gradients.batch_gradient(model, inputs, labels)
-    assert isinstance(shared, tuple)
-    for s, b in zip(shared, batch):
-        assert not s.requires_grad
-        assert torch.equal(s, b)
-
-
-def test_shared_gradient_applies_the_named_defense(make_mlp):
-    model = make_mlp()
-    inputs, labels = sample(batch=2, num_classes=10)
-    raw = gradients.batch_gradient(model, inputs, labels)
-    raw_norm = gradients.norm(raw).item()
-
-    clipped = client.shared_gradient(model, inputs, labels, defense="clip", bound=raw_norm / 10)
-    assert gradients.norm(clipped).item() == pytest.approx(raw_norm / 10, rel=1e-9)
-
-    noisy = client.shared_gradient(model, inputs, labels, defense="noise", seed=7, sigma=0.01)
-    expected = defenses.defend(raw, "noise", seed=7, sigma=0.01)
-    assert all(torch.equal(n, e) for n, e in zip(noisy, expected))
-    again = client.shared_gradient(model, inputs, labels, defense="noise", seed=7, sigma=0.01)
-    other = client.shared_gradient(model, inputs, labels, defense="noise", seed=8, sigma=0.01)
-    assert all(torch.equal(n, a) for n, a in zip(noisy, again))
-    assert not all(torch.equal(n, o) for n, o in zip(noisy, other))
-
-    with pytest.raises(KeyError, match="known defenses"):
-        client.shared_gradient(model, inputs, labels, defense="precode")
-
-
-# ----------------------------------------------------------------------------------
 # validate
 # ----------------------------------------------------------------------------------
 
@@ -320,9 +283,3 @@ def test_local_update_checks_its_step_and_epochs(make_mlp):
         gradients.local_update(model, inputs, labels, epochs=1.5)
 
 
-def test_a_defense_option_is_checked_before_the_gradient_is_computed(make_mlp, monkeypatch):
-    model = make_mlp()
-    inputs, labels = sample(batch=2)
-    monkeypatch.setattr(gradients, "batch_gradient", lambda *args, **kwargs: pytest.fail("computed before the check"))
-    with pytest.raises(TypeError, match=r"sigma \(option of defense 'noise'\) must be a finite number >= 0; got '0.1'"):
-        client.shared_gradient(model, inputs, labels, defense="noise", sigma="0.1")

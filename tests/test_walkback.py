@@ -37,28 +37,6 @@ def torch_mlp(seed, widths=(32, 16), shape=(1, 8, 8), classes=10, dtype=torch.fl
 # ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bias, loss", [(True, "cross_entropy"), ([False, False, True], "cross_entropy"),
-                                        ([True, False, True], "half_squared_error")])
-def test_analytic_gradients_match_central_differences(bias, loss):
-    network, sample, label = network_and_sample(1, bias=bias)
-    target = label if loss == "cross_entropy" else np.random.default_rng(2).normal(size=WIDTHS[-1])
-    assert wb.central_difference_check(network, sample, target, step=1e-6, loss=loss) < 1e-8
-    batch = np.random.default_rng(3).random((3, WIDTHS[0]))
-    labels = np.array([0, 5, 5]) if loss == "cross_entropy" else np.random.default_rng(4).normal(size=(3, WIDTHS[-1]))
-    assert wb.central_difference_check(network, batch, labels, loss=loss) < 1e-8
-
-
-@pytest.mark.parametrize("loss", ["cross_entropy", "half_squared_error"])
-def test_analytic_gradients_match_torch_autograd_on_a_batch(loss):
-    model = torch_mlp(seed=5)
-    images = torch.rand((4, 1, 8, 8), dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    labels = torch.tensor([1, 7, 7, 3]) if loss == "cross_entropy" else torch.randn((4, 10), dtype=torch.float64)
-    reference = wb.gradient_pairs_from_torch(model, grads.batch_gradient(model, images, labels, loss))
-    ours = dense.gradients(dense.from_torch(model), images.reshape(4, -1).numpy(), labels.numpy(), loss)
-    for (weight, bias), (weight_reference, bias_reference) in zip(ours, reference):
-        assert np.abs(weight - weight_reference).max() < 1e-12 and np.abs(bias - bias_reference).max() < 1e-12
-
-
 # ----------------------------------------------------------------------------------
 # The walk-back
 # ----------------------------------------------------------------------------------
