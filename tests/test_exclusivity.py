@@ -8,7 +8,7 @@ from torch import nn
 import gradcore
 from gradcore import exclusivity as ex
 from gradcore import experiments
-from gradcore import dense, walkback
+from gradcore import dense
 
 
 def _batch(rng, size, dim=16):
