@@ -186,7 +186,7 @@ def inverting_gradients(observation: Observation, iterations: int = 4800, lr: fl
     transform : callable, optional
         ``(gradient, generator) -> gradient``, applied to the dummies' gradient before the
         cosine and differentiated through: an adaptive attacker imitating a randomised
-        defense (see :func:`gradcore.evaluation.censor_eot`). It receives the attack's own
+        defense (see :func:`censor_eot`). It receives the attack's own
         seeded generator, so a run repeats exactly. One restart only.
     snapshots, record_every
         As for :func:`gradcore.attacks.dlg`; the history follows the best restart so far.
