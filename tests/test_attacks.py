@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+import gradcore
 from gradcore import client
 from gradcore import attacks, data, experiments, gradients, minimal, models
 from gradcore.attacks import AttackResult
@@ -492,3 +493,15 @@ def test_optimise_stops_on_a_non_finite_objective(mlp_case):
     result = attacks.optimise(observation, Blowup(), iterations=5)
     assert result.diverged and result.history["iteration"] == [0, 1]
     assert torch.equal(result.reconstruction, torch.ones(1, 1, 8, 8))
+
+
+def test_dlg_restarts_keep_the_start_with_the_smallest_gradient_distance(mlp_case):
+    model, image, label, shared = mlp_case
+    config = {"optimiser": "gd", "lr": 0.1, "iterations": 5, "labels": label, "truth": image, "progress": False}
+    single = attacks.attack("dlg", model, shared, shape=(1, 8, 8), **config)
+    assert torch.equal(attacks.attack("dlg", model, shared, shape=(1, 8, 8), restarts=1, **config).reconstruction,
+                       single.reconstruction)
+    several = attacks.attack("dlg", model, shared, shape=(1, 8, 8), restarts=3, **config)
+    assert several.final("objective") <= single.final("objective")
+    with pytest.raises(gradcore.GradcoreValueError, match="restarts"):
+        attacks.attack("dlg", model, shared, shape=(1, 8, 8), restarts=0, **config)
