@@ -8,6 +8,7 @@ paper's own setting.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -37,11 +38,39 @@ class Paper:
     profiles: dict
     reported: dict = field(default_factory=dict)
 
-    def settings(self, profile: str) -> SimpleNamespace:
-        """The settings of a profile (``ci`` or ``paper``) merged over the common ones."""
+    def __post_init__(self):
+        # A key in one profile and not another is a typo or a forgotten setting: fail at import, naming it.
+        names = {profile: set(values) for profile, values in self.profiles.items()}
+        everything = set().union(*names.values())
+        for profile, keys in names.items():
+            if keys != everything:
+                raise ValueError(f"{self.key}: profile {profile!r} lacks {', '.join(sorted(everything - keys))}")
+        shadowed = set(self.common) & everything
+        if shadowed:
+            raise ValueError(f"{self.key}: {', '.join(sorted(shadowed))} set both in common and per profile")
+
+    def settings(self, profile: str) -> "Settings":
+        """The settings of a profile (``ci`` or ``paper``) merged over the common ones, read-only."""
         if profile not in self.profiles:
             raise ValueError(f"unknown profile {profile!r} for {self.key}; known: {', '.join(self.profiles)}")
-        return SimpleNamespace(**{**self.common, **self.profiles[profile]})
+        return Settings(f"{self.key} [{profile}]", {**self.common, **self.profiles[profile]})
+
+
+class Settings(SimpleNamespace):
+    """A paper's settings for one profile: attributes that cannot be reassigned, and a typo that names its neighbours."""
+
+    def __init__(self, label: str, values: dict):
+        super().__init__(**values)
+        object.__setattr__(self, "_label", label)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{self._label} settings are read-only; copy one (dict(settings.x)) to vary it")
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        close = difflib.get_close_matches(name, [key for key in vars(self) if not key.startswith("_")], n=3)
+        raise AttributeError(f"{self._label} has no setting {name!r}" + (f"; did you mean {', '.join(close)}?" if close else ""))
 
 
 DLG = PAPERS.add("dlg", Paper(

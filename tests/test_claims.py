@@ -128,6 +128,22 @@ def test_unknown_profile_raises():
 def test_papers_are_immutable():
     with pytest.raises(AttributeError):
         papers.DLG.key = "other"  # frozen dataclass
+    settings = papers.DLG.settings("ci")
+    with pytest.raises(AttributeError, match="read-only"):
+        settings.lenet_images = 8
+
+
+def test_a_mistyped_setting_names_its_neighbours():
+    with pytest.raises(AttributeError, match="inverting_gradients \\[ci\\] has no setting 'cosine_iteration'; did you mean "
+                                             "cosine_iterations"):
+        papers.IG.settings("ci").cosine_iteration
+
+
+def test_a_profile_missing_a_key_fails_when_the_paper_is_defined():
+    with pytest.raises(ValueError, match="profile 'paper' lacks images"):
+        papers.Paper("toy", "cite", {}, {"ci": {"images": 1}, "paper": {}})
+    with pytest.raises(ValueError, match="images set both in common and per profile"):
+        papers.Paper("toy", "cite", {"images": 2}, {"ci": {"images": 1}, "paper": {"images": 3}})
 
 
 @pytest.mark.parametrize("profile", papers.PROFILES)
