@@ -503,5 +503,7 @@ def test_dlg_restarts_keep_the_start_with_the_smallest_gradient_distance(mlp_cas
                        single.reconstruction)
     several = attacks.attack("dlg", model, shared, shape=(1, 8, 8), restarts=3, **config)
     assert several.final("objective") <= single.final("objective")
+    satisfied = attacks.attack("dlg", model, shared, shape=(1, 8, 8), restarts=3, restart_above=1e9, **config)
+    assert torch.equal(satisfied.reconstruction, single.reconstruction)  # the first start was good enough
     with pytest.raises(gradcore.GradcoreValueError, match="restarts"):
         attacks.attack("dlg", model, shared, shape=(1, 8, 8), restarts=0, **config)

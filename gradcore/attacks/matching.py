@@ -49,7 +49,7 @@ def euclidean_distance(candidate: Sequence[torch.Tensor], target: Sequence[torch
 @ATTACKS.register("dlg")
 def dlg(observation: Observation, optimiser: str = "lbfgs", iterations: int = 300, lr: float = 1.0, init: str = "randn",
         max_iter: int = 20, line_search: str | None = None, snapshots: Sequence[int] = (), record_every: int = 1,
-        restarts: int = 1) -> AttackResult:
+        restarts: int = 1, restart_above: float = 0.0) -> AttackResult:
     """Deep Leakage from Gradients: match the shared gradient with dummy inputs.
 
     Minimises :func:`euclidean_distance` over a batch of dummy inputs (and, without
@@ -70,12 +70,18 @@ def dlg(observation: Observation, optimiser: str = "lbfgs", iterations: int = 30
     record_every : int
         Record history every so many iterations.
     restarts : int
-        Independent starts, run one after another from the seeded generator (the first is
-        the single run's); the one that ends with the smallest gradient distance wins, which
-        the attacker can see without the truth. DLG does not converge from every start, which
-        is why later attacks restart (Geiping et al., 2020, Sec. 4).
+        At most this many independent starts, run one after another from the seeded
+        generator (the first is the single run's); the one that ends with the smallest
+        gradient distance wins, which the attacker can see without the truth. DLG does not
+        converge from every start, which is why later attacks restart (Geiping et al., 2020,
+        Sec. 4).
+    restart_above : float
+        Start again only while the best final gradient distance is above this (0: run all
+        ``restarts``): an attacker restarts a run that did not match the gradient, not one
+        that did.
     """
     check.positive_int("restarts", restarts)
+    check.number("restart_above", restart_above, low=0.0)
     generator = torch.Generator().manual_seed(observation.seed)
     best = None
     for _ in range(restarts):
@@ -83,6 +89,8 @@ def dlg(observation: Observation, optimiser: str = "lbfgs", iterations: int = 30
                           record_every)
         if best is None or (best.diverged, best.final("objective")) > (result.diverged, result.final("objective")):
             best = result
+        if not best.diverged and best.final("objective") <= restart_above:
+            break
     return best
 
 
