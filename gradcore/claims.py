@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from dataclasses import dataclass
 
 from .reproducibility import TABLE_MIME
@@ -219,15 +220,24 @@ def claims_in_notebook(path) -> list[dict]:
 
 
 def tightest_rows(table: dict, count: int = 3) -> list[tuple[str, str, str]]:
-    """The ``count`` asserted rows with the smallest numeric margin: (claim, verdict, margin)."""
+    """The ``count`` asserted rows closest to failing: (claim, verdict, margin).
+
+    Rows are ranked by their margin relative to the threshold of their test (the last
+    number in the test column: a margin of 1e-8 under "<= 1e-08" is the whole allowance,
+    one of 0.4 under ">= 20" is 2% of it), so exact checks far inside their tolerance do
+    not crowd out the claims that nearly fail; rows without a threshold rank by margin.
+    """
     header = table["header"]
     holds, margin = header.index("holds"), header.index("margin") if "margin" in header else None
+    test = header.index("test") if "test" in header else None
     numeric = []
     for row in table["rows"]:
         try:
             value = float(row[margin]) if margin is not None else math.inf
         except ValueError:
             continue
-        numeric.append((value, row))
+        numbers = re.findall(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?", str(row[test])) if test is not None else []
+        scale = abs(float(numbers[-1])) if numbers and float(numbers[-1]) != 0 else 1.0
+        numeric.append((value / scale, row))
     numeric.sort(key=lambda pair: pair[0])
     return [(row[0], row[holds], row[margin]) for _, row in numeric[:count]]
