@@ -660,3 +660,8 @@ def walk_back_torch(model: nn.Module, gradient: Sequence[torch.Tensor], shape: S
     return result
 
 
+def gradient_pairs_from_torch(model: nn.Module, gradient: Sequence[torch.Tensor]) -> LayerGradients:
+    """A torch ReLU MLP's gradient (``model.parameters()`` order) as float64 numpy ``(dL/dW_l, dL/db_l)`` pairs."""
+    layers = _linear_layers(model)
+    return [(weight.detach().double().cpu().numpy(), None if bias is None else bias.detach().double().cpu().numpy())
+            for weight, bias in _torch_layer_gradients(model, gradient, layers)]

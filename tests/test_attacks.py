@@ -482,7 +482,7 @@ def test_optimise_stops_on_a_non_finite_objective(mlp_case):
         def step(self):
             self.value *= 1e200
             self.x = self.x + 1
-            return torch.tensor(self.value)
+            return torch.tensor(self.value, dtype=torch.float64)
 
         def current(self):
             return self.x.clone()

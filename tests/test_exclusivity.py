@@ -293,7 +293,7 @@ def test_artifact_batch_refuses_bad_targets_and_bounds():
 
 def test_entry_points_refuse_what_is_not_a_network_or_a_batch():
     network, inputs, labels = _insecure((16, 64, 5), 3)
-    with pytest.raises(TypeError, match="must be a gradcore.walkback.DenseNetwork"):
+    with pytest.raises(TypeError, match="must be a ReLU gradcore.dense.DenseNetwork"):
         ex.analyse("network", inputs)
     with pytest.raises(ValueError, match=r"inputs must be shaped \(16,\) or \(B, 16\)"):
         ex.analyse(network, inputs[:, :5])

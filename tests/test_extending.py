@@ -58,8 +58,8 @@ def test_a_new_attack_and_defense_appear_everywhere_a_user_looks(registered):
     assert all(torch.equal(h, g * 0.5) for h, g in zip(halved, case.gradient()))
     result = gradcore.attack("toy_descent", case.model, case.gradient(), shape=case.shape, truth=case.inputs, progress=False)
     assert result.history["iteration"] == [0, 1, 2, 3] and result.attack == "toy_descent"
-    with pytest.raises(gradcore.GradcoreError, match="level"):
-        gradcore.attack("toy_gray", case.model, case.gradient(), shape=case.shape, level="gray")
+    with pytest.raises(gradcore.GradcoreError, match="levle"):  # a mistyped setting is named, not ignored
+        gradcore.attack("toy_gray", case.model, case.gradient(), shape=case.shape, levle=0.3)
     grid = evaluation.matrix({"toy": {"attack": "toy_gray"}, "walk-back": {"attack": "walk_back"}},
                              {"none": {"defense": None}, "halve": {"defense": "toy_halve", "factor": 0.5}},
                              {"digits": [case]}, metrics=("mse",), progress=False)
