@@ -402,10 +402,10 @@ def architecture_utility(dataset, build, rounds: int, seed: int = 0, test_fracti
     """Undefended FedSGD of the network ``build()`` returns: the utility of an architectural defense.
 
     The same split, client sampling and server steps as :func:`gradcore.federated.compare`
-    (``options`` go to :func:`gradcore.federated.train`), so its log compares directly.
+    (``options`` go to :func:`gradcore.federated.fedsgd`), so its log compares directly.
     """
     train_set, test_set = federated.split_dataset(dataset, test_fraction, seed)
-    return federated.train(build(), train_set, test_set, rounds, seed=seed, progress=progress, **options)
+    return federated.fedsgd(build(), train_set, test_set, rounds, seed=seed, progress=progress, **options)
 
 
 # ----------------------------------------------------------------------------------
@@ -421,13 +421,13 @@ def deployment_runs(dataset, build, deployments: Mapping[str, Mapping], rounds: 
     ``deployments`` maps a label to ``{"defense": name or None, "defended_rounds": T or
     None, **defense options}`` (``defended_rounds``: the defense runs in the first ``T``
     rounds only, CENSOR's deployment; ``None``: every round). ``options`` go to
-    :func:`gradcore.federated.train_snapshots`. Returns ``{label: (FederatedLog, {t: model})}``.
+    :func:`gradcore.federated.fedsgd_snapshots`. Returns ``{label: (FederatedLog, {t: model})}``.
     """
     train_set, test_set = federated.split_dataset(dataset, test_fraction, seed)
     runs = {}
     for label, spec in deployments.items():
         defense_options = {k: v for k, v in spec.items() if k not in ("defense", "defended_rounds")}
-        runs[label] = federated.train_snapshots(build(), train_set, test_set, rounds, at=at, defense=spec.get("defense"),
+        runs[label] = federated.fedsgd_snapshots(build(), train_set, test_set, rounds, at=at, defense=spec.get("defense"),
                                                 defense_options=defense_options, defended_rounds=spec.get("defended_rounds"),
                                                 seed=seed, progress=progress, **options)
     return runs

@@ -109,7 +109,7 @@ def _forward(network: DenseNetwork, inputs: np.ndarray, first_relu: bool = True)
     return passed.inputs, passed.pre_activations
 
 
-def per_sample_sensitivities(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray,
+def _sensitivities(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray,
                              first_relu: bool = True) -> tuple[list, list]:
     """Each sample's ``dl_m/dz_l`` at every layer, ``(B, out_l)``, under cross-entropy; also the layer inputs.
 
@@ -635,7 +635,7 @@ def perturbation_basis(network: DenseNetwork, inputs: np.ndarray, labels: np.nda
     input_basis : numpy.ndarray
         ``N``, ``(d0, r)``.
     """
-    _, sensitivities = per_sample_sensitivities(network, inputs, labels, first_relu)
+    _, sensitivities = _sensitivities(network, inputs, labels, first_relu)
     return _null_space(sensitivities[0].T), _null_space(network.weights[0])
 
 
@@ -697,7 +697,7 @@ def artifact_batch(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray
         check.integer("target pixel", target[1], low=0, high=inputs.shape[1] - 1)
     check.boolean("first_relu", first_relu)
     low, high = bounds
-    _, sensitivities = per_sample_sensitivities(network, inputs, labels, first_relu)
+    _, sensitivities = _sensitivities(network, inputs, labels, first_relu)
     sample_basis, weight = _null_space(sensitivities[0].T), np.asarray(network.weights[0], dtype=np.float64)
     free_inputs = weight.shape[1] - np.linalg.matrix_rank(weight)
     dimension = sample_basis.shape[1] * free_inputs
@@ -836,7 +836,7 @@ def reduced_mlp(shape: Sequence[int], num_classes: int, widths: Sequence[int], s
     return nn.Sequential(*layers)
 
 
-def split(dataset: datasets.Dataset, holdout: int, seed: int = 0) -> tuple[datasets.Dataset, datasets.Dataset]:
+def _hold_out(dataset: datasets.Dataset, holdout: int, seed: int = 0) -> tuple[datasets.Dataset, datasets.Dataset]:
     """A seeded train / held-out split of a dataset (the last ``holdout`` samples of a permutation are held out)."""
     order = torch.as_tensor(np.random.default_rng(seed).permutation(len(dataset)))
     parts = order[:-holdout], order[-holdout:]
@@ -849,7 +849,7 @@ def reduction_accuracy(dataset: datasets.Dataset, widths: Sequence[int], epochs:
 
     Returns ``{"with first ReLU": (model, accuracy), "reduced": (model, accuracy)}``.
     """
-    train_set, test_set = split(dataset, holdout, seed)
+    train_set, test_set = _hold_out(dataset, holdout, seed)
     results = {}
     for name, reduce in (("with first ReLU", False), ("reduced", True)):
         model = reduced_mlp(dataset.shape, dataset.num_classes, widths, seed=seed, reduce=reduce)

@@ -65,7 +65,7 @@ class FederatedLog:
         return self.accuracy[-1]
 
 
-def train(model: nn.Module, train_set: datasets.Dataset, test_set: datasets.Dataset, rounds: int, clients: int = 10,
+def fedsgd(model: nn.Module, train_set: datasets.Dataset, test_set: datasets.Dataset, rounds: int, clients: int = 10,
           per_round: int = 5, alpha: float = 0.5, batch_size: int = 32, lr: float = 0.1, defense: str | None = None,
           defense_options: dict | None = None, defended_rounds: int | None = None, evaluate_every: int = 10,
           seed: int = 0, loss: str = "cross_entropy", progress: bool = True) -> FederatedLog:
@@ -92,7 +92,7 @@ def train(model: nn.Module, train_set: datasets.Dataset, test_set: datasets.Data
     evaluate_every : int
         Rounds between test-accuracy evaluations.
     """
-    log, _ = train_snapshots(model, train_set, test_set, rounds, (), clients, per_round, alpha, batch_size, lr, defense,
+    log, _ = fedsgd_snapshots(model, train_set, test_set, rounds, (), clients, per_round, alpha, batch_size, lr, defense,
                              defense_options, defended_rounds, evaluate_every, seed, loss, progress)
     return log
 
@@ -110,10 +110,10 @@ def split_dataset(dataset: datasets.Dataset, test_fraction: float = 0.25, seed: 
 
 def compare(dataset: datasets.Dataset, model: str, defenses: dict, rounds: int, seed: int = 0, test_fraction: float = 0.25,
             model_options: dict | None = None, progress: bool = True, **options) -> dict:
-    """One :func:`train` per defense from the same initial model and client sampling.
+    """One :func:`fedsgd` per defense from the same initial model and client sampling.
 
     ``defenses`` maps a label to ``{"defense": name or None, "defended_rounds": n, **options}``;
-    ``options`` go to :func:`train` (clients, per_round, alpha, batch_size, lr, defended_rounds, ...).
+    ``options`` go to :func:`fedsgd` (clients, per_round, alpha, batch_size, lr, defended_rounds, ...).
     A spec's own ``"defended_rounds"`` limits that defense alone to the first ``n`` rounds
     (``None``: every round), overriding ``options``; so CENSOR can be limited to its first
     rounds (Zhang et al., Sec. III) while the baselines run in every round.
@@ -126,19 +126,19 @@ def compare(dataset: datasets.Dataset, model: str, defenses: dict, rounds: int, 
         network = models.build(model, dataset.shape, dataset.num_classes, seed=seed, **(model_options or {}))
         defense_options = {k: v for k, v in spec.items() if k not in ("defense", "defended_rounds")}
         limit = {"defended_rounds": spec["defended_rounds"]} if "defended_rounds" in spec else {}
-        logs[label] = train(network, train_set, test_set, rounds, defense=spec.get("defense"), defense_options=defense_options,
+        logs[label] = fedsgd(network, train_set, test_set, rounds, defense=spec.get("defense"), defense_options=defense_options,
                             seed=seed, progress=progress, **{**options, **limit})
     return logs
 
 
-def train_snapshots(model: nn.Module, train_set: datasets.Dataset, test_set: datasets.Dataset, rounds: int, at=(0,),
+def fedsgd_snapshots(model: nn.Module, train_set: datasets.Dataset, test_set: datasets.Dataset, rounds: int, at=(0,),
                     clients: int = 10, per_round: int = 5, alpha: float = 0.5, batch_size: int = 32, lr: float = 0.1,
                     defense: str | None = None, defense_options: dict | None = None, defended_rounds: int | None = None,
                     evaluate_every: int = 10, seed: int = 0, loss: str = "cross_entropy",
                     progress: bool = True) -> tuple[FederatedLog, dict]:
-    """:func:`train`, also keeping a copy of the global model the server sends at the rounds ``at``.
+    """:func:`fedsgd`, also keeping a copy of the global model the server sends at the rounds ``at``.
 
-    The same split, client sampling, defense and server steps as :func:`train` with the
+    The same split, client sampling, defense and server steps as :func:`fedsgd` with the
     same arguments, so the log is identical. ``at`` counts server steps: the copy at ``t``
     is the model after ``t`` steps (``0``: the initial model), on which the clients compute
     the updates of the next round; that round is defended when ``t < defended_rounds``.

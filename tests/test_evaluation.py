@@ -216,11 +216,11 @@ def test_train_snapshots_matches_train_and_keeps_the_sent_models(digits):
     options = dict(clients=4, per_round=2, batch_size=8, lr=0.5, evaluate_every=2, seed=0, progress=False)
     build = lambda: models.build("mlp", digits.shape, 10, seed=0, widths=(8,))  # noqa: E731
     reference = build()
-    log = federated.train(reference, train_set, test_set, 5, defense="noise", defense_options={"sigma": 0.1}, defended_rounds=2,
+    log = federated.fedsgd(reference, train_set, test_set, 5, defense="noise", defense_options={"sigma": 0.1}, defended_rounds=2,
                           **options)
     model = build()
     initial = [p.detach().clone() for p in model.parameters()]
-    same, snapshots = federated.train_snapshots(model, train_set, test_set, 5, at=(0, 2, 4), defense="noise",
+    same, snapshots = federated.fedsgd_snapshots(model, train_set, test_set, 5, at=(0, 2, 4), defense="noise",
                                                 defense_options={"sigma": 0.1}, defended_rounds=2, **options)
     assert same.rounds == log.rounds and same.accuracy == log.accuracy
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), reference.parameters()))
@@ -229,7 +229,7 @@ def test_train_snapshots_matches_train_and_keeps_the_sent_models(digits):
     # The copy at round 4 is the model before the last step: one more step reaches the final model.
     assert not all(torch.equal(a, b) for a, b in zip(snapshots[4].parameters(), model.parameters()))
     with pytest.raises(ValueError, match="snapshot rounds"):
-        federated.train_snapshots(build(), train_set, test_set, 5, at=(5,), **options)
+        federated.fedsgd_snapshots(build(), train_set, test_set, 5, at=(5,), **options)
 
 
 def test_over_rounds_defends_only_the_defended_rounds(digits):

@@ -59,16 +59,16 @@ def test_training_learns_and_a_defense_acts_only_in_its_rounds(digits):
     # A clip to a vanishing norm makes the defended rounds' updates vanish: nothing moves in them.
     frozen = models.build("mlp", digits.shape, 10, seed=0, widths=(16,))
     start = parameters(frozen)
-    federated.train(frozen, train_set, test_set, rounds=2, defense="clip", defense_options={"bound": 1e-12},
+    federated.fedsgd(frozen, train_set, test_set, rounds=2, defense="clip", defense_options={"bound": 1e-12},
                     defended_rounds=2, **options)
     assert (parameters(frozen) - start).abs().max() < 1e-10
     moving = models.build("mlp", digits.shape, 10, seed=0, widths=(16,))
-    federated.train(moving, train_set, test_set, rounds=3, defense="clip", defense_options={"bound": 1e-12},
+    federated.fedsgd(moving, train_set, test_set, rounds=3, defense="clip", defense_options={"bound": 1e-12},
                     defended_rounds=2, **options)
     assert (parameters(moving) - start).abs().max() > 1e-4
 
     model = models.build("mlp", digits.shape, 10, seed=0, widths=(16,))
-    log = federated.train(model, train_set, test_set, rounds=30, **options)
+    log = federated.fedsgd(model, train_set, test_set, rounds=30, **options)
     assert log.rounds == [0, 5, 10, 15, 20, 25, 30]
     assert log.final() > log.accuracy[0] + 0.3
 
@@ -85,7 +85,7 @@ def test_clients_per_round_is_checked(digits):
     train_set, test_set = federated.split_dataset(digits, 0.25)
     model = models.build("mlp", digits.shape, 10, seed=0, widths=(4,))
     with pytest.raises(ValueError, match="clients per round"):
-        federated.train(model, train_set, test_set, rounds=1, clients=3, per_round=4, progress=False)
+        federated.fedsgd(model, train_set, test_set, rounds=1, clients=3, per_round=4, progress=False)
     with pytest.raises(ValueError, match="test fraction"):
         federated.split_dataset(digits, 1.0)
 
