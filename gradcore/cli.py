@@ -1,7 +1,8 @@
 """The `gradcore` command: execute chapters, build and check the book.
 
     gradcore list                                   chapters and their parameters
-    gradcore run CHAPTER [--profile ci|paper] [-p NAME VALUE ...]
+    gradcore run CHAPTER [--profile ci|paper] [--smoke] [-p NAME VALUE ...]
+    gradcore smoke [--chapter NAME] [--data DIR]    every chapter's paper profile, budgets cut, on data fixtures
     gradcore build [--no-execute]                   execute every chapter (ci), build _build/html
     gradcore check [--exact]                        freshness, nbval, strict build, browser check
     gradcore tolerances                             copy declared output tolerances into the notebooks
@@ -61,9 +62,10 @@ def _subprocess(cmd: list[str], root: Path, env=None) -> None:
 # ------------------------------------------------------------------------------------------ steps
 
 
-def run_chapter(root: Path, chapter: str, profile: str, params: dict) -> None:
-    label = f"run {chapter} [{profile}]" + "".join(f" {k}={v}" for k, v in params.items())
-    out = _timed(label, pipeline.execute, root, chapter, profile, params)
+def run_chapter(root: Path, chapter: str, profile: str, params: dict, smoke: bool = False,
+                environment: dict | None = None) -> None:
+    label = f"run {chapter} [{profile}{', smoke' if smoke else ''}]" + "".join(f" {k}={v}" for k, v in params.items())
+    out = _timed(label, pipeline.execute, root, chapter, profile, params, smoke=smoke, environment=environment)
     print(f"wrote {out.relative_to(root)}")
 
 
@@ -125,7 +127,27 @@ def cmd_list(root: Path, args) -> int:
 
 def cmd_run(root: Path, args) -> int:
     params = dict(args.param or [])
-    run_chapter(root, args.chapter, args.profile, params)
+    run_chapter(root, args.chapter, args.profile, params, smoke=args.smoke)
+    return 0
+
+
+def cmd_smoke(root: Path, args) -> int:
+    """Every chapter's paper profile with its budgets cut, on data fixtures in the real formats.
+
+    The fixtures (:mod:`gradcore.fixtures`) are written to ``_build/smoke/data`` and the kernels see
+    them as ``GRADCORE_DATA``, unless ``--data`` names a folder holding the real data sets.
+    """
+    data = Path(args.data).expanduser().resolve() if args.data else root / pipeline.SMOKE_DIR / "data"
+    if not args.data:
+        from . import fixtures
+
+        _timed(f"data fixtures -> {data.relative_to(root)}", fixtures.write_all, data)
+    elif not data.is_dir():
+        raise pipeline.PipelineError(f"--data {data}: no such folder")
+    t0 = time.perf_counter()
+    for chapter in args.chapter or list(pipeline.chapters(root)):
+        run_chapter(root, chapter, "paper", {}, smoke=True, environment={"GRADCORE_DATA": str(data)})
+    print(f"every paper profile ran (smoke) in {time.perf_counter() - t0:.1f} s")
     return 0
 
 
@@ -299,7 +321,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="ci", help="ci (default, what CI checks) or paper")
     p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help="override a parameter of the chapter's parameters cell (repeatable)")
+    p.add_argument("--smoke", action="store_true",
+                   help="with --profile paper: every budget cut to the least that runs the paper's code paths, "
+                        "claims not asserted, written to _build/smoke/CHAPTER.ipynb")
     p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("smoke", help="every chapter's paper profile, budgets cut, on data fixtures (what CI runs)",
+                       description="Executes each chapter with --profile paper --smoke into _build/smoke/: the paper's "
+                                   "models, shapes, data sets and code paths with every budget cut, claims not "
+                                   "asserted. CIFAR-10/100 and an image folder are written as fixtures in their real "
+                                   "formats to _build/smoke/data (GRADCORE_DATA) unless --data names real ones.")
+    p.add_argument("--chapter", action="append", help="only this chapter (repeatable); default: all")
+    p.add_argument("--data", help="a folder holding cifar-10-batches-py/ etc. (default: write fixtures)")
+    p.set_defaults(fn=cmd_smoke)
 
     p = sub.add_parser("build", help="execute every chapter (ci profile), then build _build/html")
     p.add_argument("--no-execute", action="store_true", help="build from the committed notebooks only")

@@ -9,6 +9,7 @@ paper's own setting.
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -16,6 +17,15 @@ from .registry import Registry
 
 PAPERS: Registry = Registry("paper")
 PROFILES = ("ci", "paper")
+#: Set (to 1) by ``gradcore run CHAPTER --profile paper --smoke``: the paper profile with every budget cut
+#: to each paper's ``smoke`` values, claims shown but not asserted. An environment variable, so that a
+#: chapter's source (and its committed ci notebook) stays the same.
+SMOKE_VARIABLE = "GRADCORE_SMOKE"
+
+
+def smoke_run() -> bool:
+    """True inside a smoke run of the paper profile (see :data:`SMOKE_VARIABLE`)."""
+    return os.environ.get(SMOKE_VARIABLE, "").strip() not in ("", "0")
 
 # Optimiser presets several papers share (each paper takes a copy, ``dict(PRESET)``).
 #: DLG's attack optimiser (Zhu et al., 2019): L-BFGS, step 1, 20 evaluations per step, N(0, 1) dummies,
@@ -37,6 +47,10 @@ class Paper:
     common: dict
     profiles: dict
     reported: dict = field(default_factory=dict)
+    #: The paper profile's budgets (iterations, trials, rounds, images) cut to the least that runs every code
+    #: path, for ``--smoke``; models, shapes, data sets and batch sizes stay the paper's. A dict value is
+    #: merged over the setting it replaces (``{"federated": {"rounds": 3}}`` keeps the other keys).
+    smoke: dict = field(default_factory=dict)
 
     def __post_init__(self):
         # A key in one profile and not another is a typo or a forgotten setting: fail at import, naming it.
@@ -48,12 +62,25 @@ class Paper:
         shadowed = set(self.common) & everything
         if shadowed:
             raise ValueError(f"{self.key}: {', '.join(sorted(shadowed))} set both in common and per profile")
+        paper = {**self.common, **self.profiles.get("paper", {})}
+        unknown = sorted(set(self.smoke) - set(paper))
+        if unknown:
+            raise ValueError(f"{self.key}: smoke sets {', '.join(unknown)}, which the paper profile does not have")
+        for name, value in self.smoke.items():
+            if isinstance(value, dict) and isinstance(paper[name], dict) and set(value) - set(paper[name]):
+                raise ValueError(f"{self.key}: smoke {name} sets {', '.join(sorted(set(value) - set(paper[name])))}, "
+                                 f"which the paper's {name} does not have")
 
     def settings(self, profile: str) -> "Settings":
         """The settings of a profile (``ci`` or ``paper``) merged over the common ones, read-only."""
         if profile not in self.profiles:
             raise ValueError(f"unknown profile {profile!r} for {self.key}; known: {', '.join(self.profiles)}")
-        return Settings(f"{self.key} [{profile}]", {**self.common, **self.profiles[profile]})
+        values = {**self.common, **self.profiles[profile]}
+        if profile == "paper" and smoke_run():
+            for name, value in self.smoke.items():
+                values[name] = {**values[name], **value} if isinstance(value, dict) and isinstance(values[name], dict) else value
+            return Settings(f"{self.key} [paper, smoke]", values)
+        return Settings(f"{self.key} [{profile}]", values)
 
 
 class Settings(SimpleNamespace):
@@ -130,6 +157,9 @@ DLG = PAPERS.add("dlg", Paper(
         # Zhu et al. (2019): a batch takes about ten times the iterations of a single image.
         "batch_slowdown": 10.0,
     },
+    smoke={"label_lbfgs": {"max_iter": 2}, "linear_iterations": 3, "linear_cosine": {"iterations": 3}, "photo_iterations": 51, "lenet_iterations": 2,
+           "label_trials": 2, "dlg_label_trials": {"MNIST": 2, "CIFAR-100": 2}, "dlg_label_iterations": {"MNIST": 1, "CIFAR-100": 1},
+           "batch_iterations": 2, "alone_iterations": 2},
 ))
 
 
@@ -238,6 +268,9 @@ IG = PAPERS.add("inverting_gradients", Paper(
         # near-uniform (weights scaled to 0.05) network; one draw each.
         "batch_shares": {"confident model": (0.227, 5.2), "near-uniform model": (0.509, 7.3)},
     },
+    smoke={"euclidean": {"max_iter": 2}, "survey_trials": 3, "share_trials": 3, "train_epochs": 1, "attack_images": 1, "cosine_iterations": 2,
+           "euclidean_steps": 2, "local_iterations": 2, "table2_iterations": 2, "architecture_images": 1,
+           "architecture_iterations": 2, "padding_iterations": 2, "large_batch_iterations": 2},
 ))
 
 
@@ -323,6 +356,9 @@ CENSOR = PAPERS.add("censor", Paper(
         # Fig. 11: meaningful reconstructions at T = 1 and 5, noise from T = 10 on.
         "meaningful_trials": (1, 5),
     },
+    smoke={"lbfgs": {"max_iter": 2}, "attack_images": 1, "lbfgs_steps": 2, "cosine_iterations": 2, "eot_samples": 2, "eot_iterations": 2,
+           "sweep_iterations": 2, "federated": {"rounds": 3, "defended_rounds": 1, "evaluate_every": 1},
+           "overhead_repeats": 1},
 ))
 
 
@@ -396,6 +432,8 @@ MINIMAL = PAPERS.add("minimal_structure", Paper(
         "kernels_needed": "h >= (d/d')^2 C",  # Sec. 2.3, after eq. (2)
         "direct_output": "h >= (d/d')^2 C B, n0 >= n1(B-1)/(n1-B), 1 < B < n1",  # Sec. 2.3, conv layer feeding the output
     },
+    smoke={"dlg": {"max_iter": 2}, "lbfgs": {"max_iter": 2}, "adam_iterations": 2, "lbfgs_iterations": 2, "dlg_iterations": 2, "deconvolution_iterations": 2,
+           "race_repeats": 1},
 ))
 
 
@@ -465,6 +503,8 @@ EXCLUSIVITY = PAPERS.add("neuron_exclusivity", Paper(
         # Fig. 5 right: the artifact batch's gradient differs from the true one by a 1e-8 numeric error.
         "artifact_gradient_error": 1e-8,
     },
+    smoke={"euclidean": {"max_iter": 2}, "survey_trials": 2, "train_epochs": 1, "dlg_steps": 2, "cosine_iterations": 2, "pixel_targets": 2,
+           "reduction_epochs": 1, "hybrid_iterations": 2, "artifact_batches": 1, "theorem1_trials": 2},
 ))
 
 
@@ -544,4 +584,7 @@ WHAT_PROTECTS = PAPERS.add("what_protects", Paper(
                   "attack_rounds": (0, 100, 1000, 1999), "round_images": 8},
     },
     reported={},
+    smoke={"lbfgs": {"max_iter": 2}, "images": 1, "lbfgs_steps": 2, "cosine_iterations": 2, "regularised_iterations": 2, "eot_iterations": 2,
+           "eot_samples": 2, "hybrid_iterations": 2, "rounds": 4, "censor_rounds": 1, "attack_rounds": (0, 1, 2, 3),
+           "round_images": 1, "federated": {"evaluate_every": 1}},
 ))

@@ -30,6 +30,10 @@ from pathlib import Path
 
 PROFILES = ("ci", "paper")
 DEFAULT_PROFILE = "ci"
+#: gradcore.papers.SMOKE_VARIABLE (repeated here: this module stays free of torch for a quick CLI).
+SMOKE_VARIABLE = "GRADCORE_SMOKE"
+#: Smoke runs are written here, never over a notebook under notebooks/.
+SMOKE_DIR = Path("_build") / "smoke"
 INJECTED_TAG = "injected-parameters"
 SLOW_CELL_SECONDS = 5.0  # `gradcore run` prints the cells that take longer, with their time
 
@@ -341,13 +345,22 @@ def _locate(root: Path, src: Path, nb, index: int, exc) -> str:
 
 
 def execute(root, chapter: str, profile: str = DEFAULT_PROFILE, parameters: dict | None = None,
-            quiet: bool = False, output: Path | None = None, environment: dict | None = None) -> Path:
+            quiet: bool = False, output: Path | None = None, environment: dict | None = None,
+            smoke: bool = False) -> Path:
     """Execute one chapter; write and return its normalised notebook. Raises PipelineError.
 
     ``output``: write there instead of ``notebooks/`` and leave the Status page alone (a drift
     measurement, not a run of the book); ``environment``: variables the kernel runs with
     (``ATEN_CPU_CAPABILITY``, ``MKL_CBWR``, ``GRADCORE_THREADS``: another float path).
+    ``smoke``: the paper profile with every budget cut (``gradcore.papers.Paper.smoke``) and the
+    claims shown but not asserted, written to ``_build/smoke/CHAPTER.ipynb`` by default: it proves
+    the paper's code paths run, and measures nothing.
     """
+    if smoke:
+        if profile != "paper":
+            raise PipelineError(f"--smoke cuts the paper profile's budgets; it needs --profile paper, not {profile!r}")
+        environment = {**(environment or {}), SMOKE_VARIABLE: "1"}
+        output = output if output is not None else Path(root).resolve() / SMOKE_DIR / f"{chapter}.ipynb"
     import papermill
     from papermill.exceptions import PapermillExecutionError
 

@@ -222,3 +222,15 @@ def test_claims_are_read_back_from_an_executed_notebook(tmp_path):
     assert [t["title"] for t in found] == ["chapter"]
     # Ranked by margin over threshold: 5 of 15 dB (a third) is tighter than 9e-9 of 1e-8 (nine tenths).
     assert tightest_rows(found[0], 2) == [("PSNR over gray (dB)", "yes", "5.0"), ("error", "yes", "9e-09")]
+
+
+def test_a_value_never_measured_fails_its_claim_instead_of_stopping_the_chapter():
+    table = Claims("t")
+    table.less("ordering", "p", None, 3.0)
+    table.at_least("threshold", "p", None, 1.0)
+    table.at_most("bound", "p", None, 1.0)
+    table.close_to("close", 2.0, None, 0.5)
+    table.increasing("trend", "p", [1.0, None, 3.0])
+    assert [row.holds for row in table.rows] == [False] * 5
+    with pytest.raises(AssertionError, match="5 of 5 claims"):
+        table.check()

@@ -92,5 +92,6 @@ def walk_back(observation: Observation) -> AttackResult:
     if result.recovered:
         reconstruction = result.reconstruction.clamp(0, 1)
     else:
-        reconstruction = torch.full((1, *observation.shape), 0.5, dtype=observation.gradient[0].dtype)
+        reconstruction = torch.full((1, *observation.shape), 0.5, dtype=observation.gradient[0].dtype,
+                                    device=observation.gradient[0].device)
     return AttackResult.one_shot(observation, reconstruction, observation.labels, diverged=not result.recovered)
