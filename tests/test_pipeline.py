@@ -293,7 +293,7 @@ def test_sanitize_file_is_read_whole():
 
     text = (REPO / "tests" / "nbval_sanitize.cfg").read_text()
     pairs = get_sanitize_patterns(text)
-    assert len(pairs) == len(re.findall(r"^regex: ", text, re.M)) == 5
+    assert len(pairs) == len(re.findall(r"^regex: ", text, re.M)) == 6
     sanitize = dict(pairs)
 
     def apply(s):
@@ -310,6 +310,10 @@ def test_sanitize_file_is_read_whole():
     assert (apply("federated (none): 100%|██████████| 150/150 [00:07<00:00, 20.1it/s]")
             == apply("federated (none): 100%|███████████| 150/150 [00:15<00:00, 9.8it/s]"))
     assert apply("| a | | b |") == "| a | | b |"  # table cells are not bars
+    # The case another float path met: L-BFGS stopping early at another step; the total stays compared.
+    assert (apply("dlg (lbfgs):  94%|█████████▍| 187/200 [00:07<00:00, 20.1it/s]")
+            == apply("dlg (lbfgs):  90%|█████████ | 180/200 [00:07<00:00, 20.1it/s]")
+            != apply("dlg (lbfgs):  90%|█████████ | 180/300 [00:07<00:00, 20.1it/s]"))
 
 
 def test_toc_pages_follow_the_toc(tmp_path):
