@@ -28,9 +28,6 @@ define timed
 	exit $$rc
 endef
 
-# The chapters whose paper profile runs end to end under --smoke within a few minutes on 2 cores;
-# censor, inverting-gradients and what-protects are not yet (README, "At paper scale").
-SMOKE_CHAPTERS := --chapter dlg --chapter minimal-structure --chapter neuron-exclusivity
 
 .PHONY: book test venv clean chromium
 
@@ -65,7 +62,7 @@ book: $(VENV)/.installed-book
 
 test: $(VENV)/.installed-test chromium
 	$(call timed,unit tests,$(BIN)/python -m pytest tests -q -p no:cacheprovider)
-	$(call timed,paper profiles (smoke),$(BIN)/gradcore smoke $(SMOKE_CHAPTERS))
+	$(call timed,paper profiles (smoke),$(BIN)/gradcore smoke)
 	$(BIN)/gradcore check
 
 clean:

@@ -165,6 +165,33 @@ def load(name: str, **options) -> Dataset:
     return loader(**options)
 
 
+def split(dataset: Dataset, test_fraction: float = 0.25, seed: int = 0) -> tuple[Dataset, Dataset]:
+    """A seeded train/test split of an in-memory dataset (parts named ``"<name> (train)"``, ``"<name> (test)"``)."""
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"the test fraction must lie in (0, 1), got {test_fraction}")
+    order = torch.as_tensor(np.random.default_rng(seed).permutation(len(dataset)))
+    cut = int(round(len(dataset) * (1 - test_fraction)))
+    pick = lambda index, part: Dataset(dataset.images[index], dataset.labels[index], dataset.classes,  # noqa: E731
+                                       f"{dataset.name} ({part})", dataset.info)
+    return pick(order[:cut], "train"), pick(order[cut:], "test")
+
+
+#: Data sets that ship their own training and test parts: loaded with ``split="train"`` / ``"test"``.
+OWN_SPLITS = ("cifar10", "cifar100")
+
+
+def train_test(name: str, test_fraction: float = 0.25, seed: int = 0, **options) -> tuple[Dataset, Dataset]:
+    """The training and test parts of the data set ``name``, for federated training.
+
+    CIFAR-10 and CIFAR-100 come with their own (50,000 training and 10,000 test images):
+    training on the test file, as a split of ``load(name)`` would, is not the papers'
+    protocol (CENSOR, Sec. V-C). Every other data set is split by :func:`split`.
+    """
+    if name in OWN_SPLITS:
+        return load(name, split="train", **options), load(name, split="test", **options)
+    return split(load(name, **options), test_fraction, seed)
+
+
 @DATASETS.register("digits")
 def digits(limit: int | None = None) -> Dataset:
     """scikit-learn's 8x8 handwritten digits, scaled from [0, 16] to [0, 1]."""

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from . import experiments, federated, plots
+from . import data, experiments, federated, plots
 from . import gradients as grads
 from . import metrics as quality
 from .attacks import attack
@@ -404,7 +404,7 @@ def architecture_utility(dataset, build, rounds: int, seed: int = 0, test_fracti
     The same split, client sampling and server steps as :func:`gradcore.federated.compare`
     (``options`` go to :func:`gradcore.federated.fedsgd`), so its log compares directly.
     """
-    train_set, test_set = federated.split_dataset(dataset, test_fraction, seed)
+    train_set, test_set = data.split(dataset, test_fraction, seed)
     return federated.fedsgd(build(), train_set, test_set, rounds, seed=seed, progress=progress, **options)
 
 
@@ -423,7 +423,7 @@ def deployment_runs(dataset, build, deployments: Mapping[str, Mapping], rounds: 
     rounds only, CENSOR's deployment; ``None``: every round). ``options`` go to
     :func:`gradcore.federated.fedsgd_snapshots`. Returns ``{label: (FederatedLog, {t: model})}``.
     """
-    train_set, test_set = federated.split_dataset(dataset, test_fraction, seed)
+    train_set, test_set = data.split(dataset, test_fraction, seed)
     runs = {}
     for label, spec in deployments.items():
         defense_options = {k: v for k, v in spec.items() if k not in ("defense", "defended_rounds")}

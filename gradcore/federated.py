@@ -97,19 +97,9 @@ def fedsgd(model: nn.Module, train_set: datasets.Dataset, test_set: datasets.Dat
     return log
 
 
-def split_dataset(dataset: datasets.Dataset, test_fraction: float = 0.25, seed: int = 0) -> tuple[datasets.Dataset, datasets.Dataset]:
-    """A seeded train/test split of an in-memory dataset."""
-    if not 0 < test_fraction < 1:
-        raise ValueError(f"the test fraction must lie in (0, 1), got {test_fraction}")
-    order = torch.as_tensor(np.random.default_rng(seed).permutation(len(dataset)))
-    cut = int(round(len(dataset) * (1 - test_fraction)))
-    pick = lambda index, part: datasets.Dataset(dataset.images[index], dataset.labels[index], dataset.classes,  # noqa: E731
-                                                f"{dataset.name} ({part})", dataset.info)
-    return pick(order[:cut], "train"), pick(order[cut:], "test")
-
-
 def compare(dataset: datasets.Dataset, model: str, defenses: dict, rounds: int, seed: int = 0, test_fraction: float = 0.25,
-            model_options: dict | None = None, progress: bool = True, **options) -> dict:
+            model_options: dict | None = None, progress: bool = True, test_set: datasets.Dataset | None = None,
+            **options) -> dict:
     """One :func:`fedsgd` per defense from the same initial model and client sampling.
 
     ``defenses`` maps a label to ``{"defense": name or None, "defended_rounds": n, **options}``;
@@ -117,13 +107,14 @@ def compare(dataset: datasets.Dataset, model: str, defenses: dict, rounds: int, 
     A spec's own ``"defended_rounds"`` limits that defense alone to the first ``n`` rounds
     (``None``: every round), overriding ``options``; so CENSOR can be limited to its first
     rounds (Zhang et al., Sec. III) while the baselines run in every round.
-    Returns ``{label: FederatedLog}``.
+    With ``test_set`` given, ``dataset`` is the training set as it is (a data set's own
+    split, :func:`gradcore.data.train_test`); otherwise ``dataset`` is split by
+    :func:`gradcore.data.split`. Returns ``{label: FederatedLog}``.
     """
-
-    train_set, test_set = split_dataset(dataset, test_fraction, seed)
+    train_set, test_set = (dataset, test_set) if test_set is not None else datasets.split(dataset, test_fraction, seed)
     logs = {}
     for label, spec in defenses.items():
-        network = models.build(model, dataset.shape, dataset.num_classes, seed=seed, **(model_options or {}))
+        network = models.build(model, train_set.shape, train_set.num_classes, seed=seed, **(model_options or {}))
         defense_options = {k: v for k, v in spec.items() if k not in ("defense", "defended_rounds")}
         limit = {"defended_rounds": spec["defended_rounds"]} if "defended_rounds" in spec else {}
         logs[label] = fedsgd(network, train_set, test_set, rounds, defense=spec.get("defense"), defense_options=defense_options,

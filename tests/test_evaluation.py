@@ -212,7 +212,7 @@ def test_keep_refusals_keeps_an_attack_that_refuses_everything(digits):
 def test_train_snapshots_matches_train_and_keeps_the_sent_models(digits):
     from gradcore import federated, models
 
-    train_set, test_set = federated.split_dataset(digits, 0.25, 0)
+    train_set, test_set = data.split(digits, 0.25, 0)
     options = dict(clients=4, per_round=2, batch_size=8, lr=0.5, evaluate_every=2, seed=0, progress=False)
     build = lambda: models.build("mlp", digits.shape, 10, seed=0, widths=(8,))  # noqa: E731
     reference = build()

@@ -49,7 +49,7 @@ def test_dirichlet_split_errors(digits, arguments, fragment):
 
 
 def test_training_learns_and_a_defense_acts_only_in_its_rounds(digits):
-    train_set, test_set = federated.split_dataset(digits, 0.25, seed=0)
+    train_set, test_set = data.split(digits, 0.25, seed=0)
     assert len(train_set) == 300 and len(test_set) == 100
     options = dict(clients=4, per_round=2, alpha=1.0, batch_size=16, lr=0.5, evaluate_every=5, progress=False)
 
@@ -74,7 +74,7 @@ def test_training_learns_and_a_defense_acts_only_in_its_rounds(digits):
 
 
 def test_censor_in_every_round_does_not_descend(digits):
-    train_set, test_set = federated.split_dataset(digits, 0.25, seed=0)
+    train_set, test_set = data.split(digits, 0.25, seed=0)
     options = dict(clients=4, per_round=2, alpha=1.0, batch_size=16, lr=0.5, evaluate_every=20, progress=False, seed=1)
     logs = federated.compare(digits, "mlp", {"none": {"defense": None}, "censor": {"defense": "censor", "trials": 3}},
                              rounds=20, model_options={"widths": (16,)}, **options)
@@ -82,12 +82,12 @@ def test_censor_in_every_round_does_not_descend(digits):
 
 
 def test_clients_per_round_is_checked(digits):
-    train_set, test_set = federated.split_dataset(digits, 0.25)
+    train_set, test_set = data.split(digits, 0.25)
     model = models.build("mlp", digits.shape, 10, seed=0, widths=(4,))
     with pytest.raises(ValueError, match="clients per round"):
         federated.fedsgd(model, train_set, test_set, rounds=1, clients=3, per_round=4, progress=False)
     with pytest.raises(ValueError, match="test fraction"):
-        federated.split_dataset(digits, 1.0)
+        data.split(digits, 1.0)
 
 
 def test_defended_rounds_per_defense_and_withholding(digits):

@@ -26,6 +26,23 @@ def test_cifar10_fixture_has_the_archive_layout_and_loads_both_splits(tmp_path):
     assert set(train.labels.tolist()) == set(range(10))
 
 
+def test_train_test_keeps_cifars_own_split_and_splits_the_rest(tmp_path, monkeypatch):
+    # Federated training reads CIFAR's training batches and tests on its test file; a split of
+    # load("cifar10") alone would train on the test file (CENSOR Sec. V-C trains on the training set).
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
+    fixtures.write_cifar(tmp_path, "cifar10", per_batch=6)
+    train, test = data.train_test("cifar10")
+    assert len(train) == 30 and len(test) == 6
+    with open(tmp_path / "cifar-10-batches-py" / "test_batch", "rb") as handle:
+        rows = pickle.load(handle, encoding="latin1")["data"]
+    np.testing.assert_array_equal(np.round(test.images.numpy() * 255).astype(np.uint8).reshape(6, -1), rows)
+    digits = data.load("digits")
+    train, test = data.train_test("digits", test_fraction=0.25, seed=3)
+    same_train, same_test = data.split(digits, 0.25, seed=3)
+    assert torch.equal(train.images, same_train.images) and torch.equal(test.labels, same_test.labels)
+    assert len(train) + len(test) == len(digits) and len(test) == round(0.25 * len(digits))
+
+
 def test_cifar100_fixture_loads_with_fine_labels(tmp_path):
     fixtures.write_cifar(tmp_path, "cifar100", per_batch=30)
     dataset = data.load("cifar100", root=tmp_path)
