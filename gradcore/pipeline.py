@@ -28,10 +28,10 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-PROFILES = ("ci", "paper")
+# The profiles and the smoke switch are defined once, with the settings they select.
+from .papers import PROFILES, SMOKE_VARIABLE
+
 DEFAULT_PROFILE = "ci"
-#: gradcore.papers.SMOKE_VARIABLE (repeated here: this module stays free of torch for a quick CLI).
-SMOKE_VARIABLE = "GRADCORE_SMOKE"
 #: Smoke runs are written here, never over a notebook under notebooks/.
 SMOKE_DIR = Path("_build") / "smoke"
 INJECTED_TAG = "injected-parameters"
