@@ -11,6 +11,7 @@ Pixels are float32 in [0, 1], shaped ``(N, C, H, W)``. Nothing here downloads.
 
 from __future__ import annotations
 
+import inspect
 import os
 import pickle
 from dataclasses import dataclass, field
@@ -176,18 +177,15 @@ def split(dataset: Dataset, test_fraction: float = 0.25, seed: int = 0) -> tuple
     return pick(order[:cut], "train"), pick(order[cut:], "test")
 
 
-#: Data sets that ship their own training and test parts: loaded with ``split="train"`` / ``"test"``.
-OWN_SPLITS = ("cifar10", "cifar100")
-
-
 def train_test(name: str, test_fraction: float = 0.25, seed: int = 0, **options) -> tuple[Dataset, Dataset]:
     """The training and test parts of the data set ``name``, for federated training.
 
-    CIFAR-10 and CIFAR-100 come with their own (50,000 training and 10,000 test images):
-    training on the test file, as a split of ``load(name)`` would, is not the papers'
-    protocol (CENSOR, Sec. V-C). Every other data set is split by :func:`split`.
+    A data set whose loader takes ``split`` ships its own parts (CIFAR-10 and CIFAR-100:
+    50,000 training and 10,000 test images): training on the test file, as a split of
+    ``load(name)`` would, is not the papers' protocol (CENSOR, Sec. V-C). Every other data
+    set is split by :func:`split`.
     """
-    if name in OWN_SPLITS:
+    if "split" in inspect.signature(DATASETS[name]).parameters:
         return load(name, split="train", **options), load(name, split="test", **options)
     return split(load(name, **options), test_fraction, seed)
 
