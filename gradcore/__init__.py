@@ -8,6 +8,7 @@ The library behind the gradcore book. One module per concept:
 * :mod:`gradcore.defenses`: what a client does to its gradient first (noise, clipping, top-k, Soteria, CENSOR);
 * :mod:`gradcore.client`: what a client shares: its gradient or update, after its defense;
 * :mod:`gradcore.federated`: Dirichlet non-i.i.d. clients and FedSGD with a defense on every update;
+* :mod:`gradcore.privacy`: the (epsilon, delta) of clipped Gaussian noise (Opacus's accountants) and DP-SGD clients;
 * :mod:`gradcore.evaluation`: every attack against every defense, scored;
 * :mod:`gradcore.attacks`: every attack behind one contract, one module per family (matching, inverting,
   analytic, exclusivity, regularised);
@@ -66,8 +67,8 @@ def setup(seed: int = 0, threads: int | None = 2, deterministic: bool = True) ->
 
 
 from . import (attacks, blas, claims, client, data, defenses, evaluation, exclusivity, experiments,  # noqa: E402
-               federated, gradients, linear, metrics, minimal, models, papers, plots, registry, training, validation,
-               walkback)
+               federated, gradients, linear, metrics, minimal, models, papers, plots, privacy, registry, training,
+               validation, walkback)
 from .attacks import ATTACKS, AttackResult, attack, infer_labels  # noqa: E402
 from .claims import Claims  # noqa: E402
 from .data import DATASETS  # noqa: E402
@@ -82,6 +83,6 @@ __all__ = [
     "ATTACKS", "AttackResult", "Claims", "DATASETS", "DEFENSES", "GradcoreError", "GradcoreTypeError", "GradcoreValueError",
     "METRICS", "MODELS", "attack", "attacks", "batch_gradient", "blas", "claims", "client", "data", "defend", "defenses",
     "evaluation", "exclusivity", "experiments", "federated", "gradients", "infer_labels", "linear", "metrics", "minimal",
-    "models", "papers", "per_sample_gradients", "plots", "registry", "setup", "share", "shared_gradient", "training",
+    "models", "papers", "per_sample_gradients", "plots", "privacy", "registry", "setup", "share", "shared_gradient", "training",
     "validation", "walkback",
 ]

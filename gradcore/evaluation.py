@@ -420,16 +420,17 @@ def deployment_runs(dataset, build, deployments: Mapping[str, Mapping], rounds: 
     ``build()`` returns a fresh network (the same initial weights each call);
     ``deployments`` maps a label to ``{"defense": name or None, "defended_rounds": T or
     None, **defense options}`` (``defended_rounds``: the defense runs in the first ``T``
-    rounds only, CENSOR's deployment; ``None``: every round). ``options`` go to
+    rounds only, CENSOR's deployment; ``None``: every round), or to ``{"dp_sgd": {...}}``
+    for DP-SGD clients (:func:`gradcore.federated.fedsgd_snapshots`). ``options`` go to
     :func:`gradcore.federated.fedsgd_snapshots`. Returns ``{label: (FederatedLog, {t: model})}``.
     """
     train_set, test_set = data.split(dataset, test_fraction, seed)
     runs = {}
     for label, spec in deployments.items():
-        defense_options = {k: v for k, v in spec.items() if k not in ("defense", "defended_rounds")}
+        defense_options = {k: v for k, v in spec.items() if k not in ("defense", "defended_rounds", "dp_sgd")}
         runs[label] = federated.fedsgd_snapshots(build(), train_set, test_set, rounds, at=at, defense=spec.get("defense"),
                                                 defense_options=defense_options, defended_rounds=spec.get("defended_rounds"),
-                                                seed=seed, progress=progress, **options)
+                                                seed=seed, progress=progress, dp_sgd=spec.get("dp_sgd"), **options)
     return runs
 
 

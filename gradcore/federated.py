@@ -21,7 +21,7 @@ from torch import nn
 from tqdm import tqdm
 
 from . import data as datasets
-from . import gradients, models
+from . import gradients, models, privacy
 from .client import shared_gradient
 from .training import accuracy
 
@@ -60,6 +60,8 @@ class FederatedLog:
 
     rounds: list = field(default_factory=list)
     accuracy: list = field(default_factory=list)
+    #: DP-SGD runs only: ``{client: privacy.Participation}`` (its sampling rate, the steps it took).
+    participation: dict = field(default_factory=dict)
 
     def final(self) -> float:
         return self.accuracy[-1]
@@ -68,7 +70,7 @@ class FederatedLog:
 def fedsgd(model: nn.Module, train_set: datasets.Dataset, test_set: datasets.Dataset, rounds: int, clients: int = 10,
           per_round: int = 5, alpha: float = 0.5, batch_size: int = 32, lr: float = 0.1, defense: str | None = None,
           defense_options: dict | None = None, defended_rounds: int | None = None, evaluate_every: int = 10,
-          seed: int = 0, loss: str = "cross_entropy", progress: bool = True) -> FederatedLog:
+          seed: int = 0, loss: str = "cross_entropy", progress: bool = True, dp_sgd: dict | None = None) -> FederatedLog:
     """FedSGD over a Dirichlet split, every selected client's gradient defended; ``model`` trains in place.
 
     Parameters
@@ -91,9 +93,12 @@ def fedsgd(model: nn.Module, train_set: datasets.Dataset, test_set: datasets.Dat
         rounds when ``None``.
     evaluate_every : int
         Rounds between test-accuracy evaluations.
+    dp_sgd : dict, optional
+        ``{"noise_multiplier": z, "max_grad_norm": C}``: DP-SGD clients instead of a defense
+        (see :func:`fedsgd_snapshots`).
     """
     log, _ = fedsgd_snapshots(model, train_set, test_set, rounds, (), clients, per_round, alpha, batch_size, lr, defense,
-                             defense_options, defended_rounds, evaluate_every, seed, loss, progress)
+                             defense_options, defended_rounds, evaluate_every, seed, loss, progress, dp_sgd)
     return log
 
 
@@ -115,10 +120,11 @@ def compare(dataset: datasets.Dataset, model: str, defenses: dict, rounds: int, 
     logs = {}
     for label, spec in defenses.items():
         network = models.build(model, train_set.shape, train_set.num_classes, seed=seed, **(model_options or {}))
-        defense_options = {k: v for k, v in spec.items() if k not in ("defense", "defended_rounds")}
+        defense_options = {k: v for k, v in spec.items() if k not in ("defense", "defended_rounds", "dp_sgd")}
         limit = {"defended_rounds": spec["defended_rounds"]} if "defended_rounds" in spec else {}
-        logs[label] = fedsgd(network, train_set, test_set, rounds, defense=spec.get("defense"), defense_options=defense_options,
-                            seed=seed, progress=progress, **{**options, **limit})
+        logs[label], _ = fedsgd_snapshots(network, train_set, test_set, rounds, (), defense=spec.get("defense"),
+                                          defense_options=defense_options, seed=seed, progress=progress,
+                                          dp_sgd=spec.get("dp_sgd"), **{**options, **limit})
     return logs
 
 
@@ -126,7 +132,7 @@ def fedsgd_snapshots(model: nn.Module, train_set: datasets.Dataset, test_set: da
                     clients: int = 10, per_round: int = 5, alpha: float = 0.5, batch_size: int = 32, lr: float = 0.1,
                     defense: str | None = None, defense_options: dict | None = None, defended_rounds: int | None = None,
                     evaluate_every: int = 10, seed: int = 0, loss: str = "cross_entropy",
-                    progress: bool = True) -> tuple[FederatedLog, dict]:
+                    progress: bool = True, dp_sgd: dict | None = None) -> tuple[FederatedLog, dict]:
     """:func:`fedsgd`, also keeping a copy of the global model the server sends at the rounds ``at``.
 
     The same split, client sampling, defense and server steps as :func:`fedsgd` with the
@@ -135,6 +141,12 @@ def fedsgd_snapshots(model: nn.Module, train_set: datasets.Dataset, test_set: da
     the updates of the next round; that round is defended when ``t < defended_rounds``.
     This is what an attacker who picks the round sees (CENSOR, Sec. III, observation 1:
     attacks succeed mostly in the first epochs; Table V: later rounds are harder to invert).
+
+    ``dp_sgd`` (``{"noise_multiplier": z, "max_grad_norm": C}``) makes every client a DP-SGD
+    client (:func:`gradcore.privacy.dp_sgd_gradient`: a Poisson-sampled batch of expected size
+    about ``batch_size``, per-sample clipping, noise) instead of sharing the gradient of a
+    fixed-size batch; the client sampling is the same, and the log records each client's
+    sampling rate and steps for :func:`gradcore.privacy.deployment_guarantee`.
 
     Returns
     -------
@@ -152,6 +164,8 @@ def fedsgd_snapshots(model: nn.Module, train_set: datasets.Dataset, test_set: da
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     parameters = gradients.trainable(model)
+    if dp_sgd is not None and defense is not None:
+        raise ValueError(f"DP-SGD clients add their own noise; give either dp_sgd or a defense, not both ({defense!r})")
     log = FederatedLog([0], [accuracy(model, test_set)])
     snapshots = {}
     for round_number in tqdm(range(1, rounds + 1), desc=f"federated ({defense or 'none'})", disable=not progress,
@@ -166,8 +180,15 @@ def fedsgd_snapshots(model: nn.Module, train_set: datasets.Dataset, test_set: da
             pick = rng.choice(own, size=min(batch_size, len(own)), replace=False)
             inputs = train_set.images[pick].to(device, dtype)
             labels = train_set.labels[pick].to(device)
-            update = shared_gradient(model, inputs, labels, loss, defense if defended else None,
-                                     seed=int(rng.integers(2**31)), **((defense_options or {}) if defended else {}))
+            client_seed = int(rng.integers(2**31))
+            if dp_sgd is not None:  # the same draws as above, so every deployment samples the same clients
+                update, rate = privacy.dp_sgd_gradient(model, train_set.images[own].to(device, dtype),
+                                                       train_set.labels[own].to(device), batch_size, seed=client_seed,
+                                                       loss=loss, **dp_sgd)
+                log.participation.setdefault(int(client), privacy.Participation(rate)).steps += 1
+            else:
+                update = shared_gradient(model, inputs, labels, loss, defense if defended else None, seed=client_seed,
+                                         **((defense_options or {}) if defended else {}))
             total = [t + u for t, u in zip(total, update)]
         with torch.no_grad():
             for p, t in zip(parameters, total):

@@ -561,6 +561,16 @@ WHAT_PROTECTS = PAPERS.add("what_protects", Paper(
         "unchanged": 0.01,
         "accuracy_tolerance": 0.03,
         "alpha": CENSOR.common["alpha"],
+        # What epsilon protects. None of the sources states an epsilon; these are gradcore's choices.
+        # Noise multipliers z = sigma / C, from none (clipping only) up to where DP-SGD guarantees are
+        # usually quoted; delta 1e-5, below 1 / n for the digits (about 1,350 training samples).
+        "dp_multipliers": (0.0, 0.001, 0.01, 0.1, 0.3, 1.0, 3.0),
+        "dp_delta": 1e-5,
+        # The attacks that apply to one image (EOT imitates CENSOR; the hybrid attack needs a CNN batch).
+        "dp_attacks": ("closed form", "least squares", "walk-back", "exclusivity", "DLG", "iDLG", "cosine + TV",
+                       "regularised"),
+        # Public samples the clipping bound is measured on (the median per-sample norm, Abadi et al., Sec. 3.1).
+        "dp_bound_samples": 64,
     },
     profiles={
         "ci": {"threads": 1, "images": 2, "lbfgs_steps": 8, "cosine_iterations": 300, "regularised_iterations": 300,
@@ -589,5 +599,6 @@ WHAT_PROTECTS = PAPERS.add("what_protects", Paper(
     reported={},
     smoke={"lbfgs": {"max_iter": 2}, "images": 1, "lbfgs_steps": 2, "cosine_iterations": 2, "regularised_iterations": 2, "eot_iterations": 2,
            "eot_samples": 2, "hybrid_iterations": 2, "rounds": 4, "censor_rounds": 1, "attack_rounds": (0, 1, 2, 3),
-           "round_images": 1, "federated": {"evaluate_every": 1}},
+           "round_images": 1, "federated": {"evaluate_every": 1},
+           "dp_multipliers": (0.0, 1.0)},
 ))

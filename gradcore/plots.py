@@ -306,3 +306,46 @@ def line_panels(panels: Mapping[str, Mapping[str, tuple[Sequence[float], Sequenc
     if title:
         figure.suptitle(title, fontsize=11)
     return figure
+
+
+def privacy_tradeoff(epsilons: Sequence[float], gains: Mapping[str, Sequence[float]], accuracy: Sequence[float],
+                     title: str = "", cap: float = 30.0, stopped: float | None = None) -> Figure:
+    """Attack success and accuracy against epsilon: two panels sharing a logarithmic epsilon axis.
+
+    ``epsilons`` is one value per noise level (``inf`` for no noise: drawn at a right-hand
+    position marked with the infinity sign); ``gains`` one series per attack (PSNR over the
+    gray guess, capped at ``cap`` dB, ``nan`` where the attack did not run); ``accuracy``
+    the model's at each level. ``stopped`` draws the level under which an attack counts as
+    stopped.
+    """
+    finite = [e for e in epsilons if np.isfinite(e)]
+    if not finite:
+        raise ValueError("at least one finite epsilon is needed for the axis")
+    infinity = max(finite) * 300.0
+    xs = [e if np.isfinite(e) else infinity for e in epsilons]
+    figure = Figure(figsize=(9.4, 3.6), layout="constrained")
+    attack_axis, accuracy_axis = figure.subplots(1, 2, sharex=True)
+    for label, series in gains.items():
+        attack_axis.plot(xs, np.minimum(np.asarray(series, dtype=float), cap), marker="o", label=label)
+    attack_axis.axhline(0.0, color="black", linewidth=0.8)
+    if stopped is not None:
+        attack_axis.axhline(stopped, color="gray", linestyle=":", label="stopped below")
+    attack_axis.set_ylabel(f"PSNR over the gray guess (dB, capped at {cap:g})")
+    attack_axis.legend(fontsize=7)
+    accuracy_axis.plot(xs, accuracy, marker="o", color="black")
+    accuracy_axis.set_ylabel("test accuracy (DP-SGD clients)")
+    accuracy_axis.set_ylim(0, 1)
+    for axis in (attack_axis, accuracy_axis):
+        axis.set_xscale("log")
+        axis.set_xlabel("epsilon (sample level, RDP)")
+        axis.grid(alpha=0.3)
+    # One tick per decade that holds a level (at most eight, evenly thinned), and infinity.
+    decades = list(range(int(np.floor(np.log10(min(finite)))), int(np.floor(np.log10(max(finite)))) + 1))
+    decades = decades[::max(1, -(-len(decades) // 8))]
+    attack_axis.set_xticks([10.0 ** k for k in decades] + [infinity],
+                           [f"$10^{{{k}}}$" for k in decades] + ["∞ (no noise)"])
+    attack_axis.minorticks_off()
+    accuracy_axis.minorticks_off()
+    if title:
+        figure.suptitle(title, fontsize=11)
+    return figure

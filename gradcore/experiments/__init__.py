@@ -6,13 +6,15 @@
   experiments several chapters share (label trials, steps to a PSNR, single-image runs);
 * :mod:`gradcore.experiments.minimal`: the minimal-structure chapter's sweeps, tables,
   galleries and race;
-* :mod:`gradcore.experiments.exclusivity`: the neuron-exclusivity chapter's attack sweep.
+* :mod:`gradcore.experiments.exclusivity`: the neuron-exclusivity chapter's attack sweep;
+* :mod:`gradcore.experiments.privacy`: what epsilon protects (attacks and DP-SGD at a sweep of noise
+  multipliers).
 """
 
-from . import exclusivity, minimal
+from . import exclusivity, minimal, privacy
 from .common import (Scenario, attack_single_images, batch_slowdown, binomial_spread, final_table, first_below,
                      keep_snapshots, label_accuracy, label_outcomes, mean_final, scenario, scenarios, steps_to_psnr)
 
 __all__ = ["Scenario", "attack_single_images", "batch_slowdown", "binomial_spread", "exclusivity", "final_table",
-           "first_below", "keep_snapshots", "label_accuracy", "label_outcomes", "mean_final", "minimal", "scenario",
+           "first_below", "keep_snapshots", "label_accuracy", "label_outcomes", "mean_final", "minimal", "privacy", "scenario",
            "scenarios", "steps_to_psnr"]

@@ -1,0 +1,150 @@
+"""What epsilon protects: the book's attacks and DP-SGD training at a sweep of noise multipliers.
+
+The experiment of the what-protects chapter's privacy section. One noise multiplier ``z``
+is one Gaussian mechanism: the attacker reads a single sample's update, clipped to ``C``
+with noise ``z * C`` (one DP-SGD step on that sample, the attacker's best case: no other
+sample in the batch), while the deployment trains with DP-SGD clients at the same ``z``
+and is accounted by :mod:`gradcore.privacy`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import torch
+
+from .. import evaluation, gradients, privacy
+
+
+def median_norm(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
+    """Median per-sample gradient norm: the clipping bound DP-SGD's authors suggest.
+
+    Abadi et al. (CCS 2016, Sec. 3.1) advise clipping near the median of the unclipped
+    norms; measured here on public samples at the model's initialisation, so that the
+    bound is active for about half of the samples.
+    """
+    per_sample = gradients.per_sample_gradients(model, images, labels)
+    norms = torch.sqrt(sum(g.flatten(1).double().pow(2).sum(1) for g in per_sample))
+    return float(norms.median())
+
+
+def scenario_bound(case: Sequence, dataset, samples: int = 64) -> float:
+    """:func:`median_norm` of a scenario's (first) model on the first ``samples`` images of ``dataset``."""
+    first = case[0]
+    device, dtype = first.inputs.device, first.inputs.dtype
+    return median_norm(first.model, dataset.images[:samples].to(device, dtype), dataset.labels[:samples].to(device))
+
+
+def dp_spec(multiplier: float, bound: float) -> dict:
+    """The ``dp`` defense at noise multiplier ``multiplier``: clip to ``bound``, noise ``multiplier * bound``."""
+    return {"defense": "dp", "bound": bound, "sigma": multiplier * bound}
+
+
+def attack_sweep(attacks: Mapping[str, Mapping], scenarios: Mapping[str, Sequence], multipliers: Sequence[float],
+                 bounds: Mapping[str, float], metrics: Sequence[str] = ("mse", "psnr"),
+                 seed: int = 0) -> evaluation.Evaluation:
+    """Every attack on every one-image scenario at every noise multiplier; columns ``"z {z:g}"``.
+
+    Each scenario is clipped at its own bound (``bounds``, e.g. :func:`scenario_bound`), so
+    the noise relative to the clipped gradient, and so the guarantee, is the same ``z`` for
+    every model.
+    """
+    for label, case in scenarios.items():
+        if any(len(c.labels) != 1 for c in case):
+            raise ValueError(f"scenario {label!r} shares a batch; a sample-level guarantee holds for one image only")
+    result = None
+    for label, case in scenarios.items():
+        columns = {f"z {z:g}": dp_spec(z, bounds[label]) for z in multipliers}
+        part = evaluation.matrix(attacks, columns, {label: case}, metrics, seed, progress=False, keep_refusals=True)
+        result = part if result is None else result.update(part)
+    return result
+
+
+def utility(dataset, build, multipliers: Sequence[float], bound: float, rounds: int, seed: int = 0,
+            **federated_options) -> tuple[dict, dict]:
+    """FedSGD at every noise multiplier, twice: DP-SGD clients, and the ``dp`` defense on the batch gradient.
+
+    Both clip at ``bound`` and add noise ``z * bound``; DP-SGD clips each sample and
+    divides the noisy sum by the expected batch size, the ``dp`` defense clips the batch's
+    mean gradient and adds the noise to it. Returns ``({z: log}, {z: log})``.
+    """
+    dp_sgd = {z: {"dp_sgd": {"noise_multiplier": z, "max_grad_norm": bound}} for z in multipliers}
+    batch = {z: dp_spec(z, bound) for z in multipliers}
+    runs = [evaluation.deployment_runs(dataset, build, specs, rounds, (), seed=seed, progress=False, **federated_options)
+            for specs in (dp_sgd, batch)]
+    return tuple({z: log for z, (log, _) in run.items()} for run in runs)
+
+
+def gains(sweep: evaluation.Evaluation, multipliers: Sequence[float]) -> dict:
+    """``{attack: [best PSNR over the gray guess per z]}``, best over the scenarios; ``nan`` where none ran."""
+    out = {}
+    for attack in sweep.attacks:
+        series = []
+        for z in multipliers:
+            column = f"z {z:g}"
+            ran = [sweep.value(s, attack, column, "psnr") - sweep.reference[s]["psnr"] for s in sweep.scenarios
+                   if (s, attack, column) in sweep.scores and not sweep.refused(s, attack, column)]
+            series.append(max(ran) if ran else math.nan)
+        out[attack] = series
+    return out
+
+
+@dataclass
+class PrivacyRow:
+    """One noise multiplier: the guarantees, the accuracies, the best attack."""
+
+    multiplier: float
+    sample_level: privacy.Guarantee
+    client_level: privacy.Guarantee
+    accuracy: float
+    defense_accuracy: float
+    best_gain: float
+    best_attack: str
+    least_lpips: float
+
+    def cells(self) -> list:
+        """The row as the chapter's table prints it."""
+        return [self.multiplier, self.sample_level.delta, self.sample_level.epsilon["rdp"],
+                self.sample_level.epsilon["prv"], self.client_level.epsilon["rdp"], self.client_level.epsilon["prv"],
+                self.accuracy,
+                self.defense_accuracy, self.best_gain, self.best_attack, self.least_lpips]
+
+
+def rows(sweep: evaluation.Evaluation, dp_sgd_logs: Mapping[float, object], defense_logs: Mapping[float, object],
+         multipliers: Sequence[float], client_protocol: privacy.Protocol) -> list[PrivacyRow]:
+    """Join the attack sweep, the federated runs of :func:`utility` and the accountants, one row per ``z``.
+
+    The sample-level guarantee is the DP-SGD run's worst-off client's
+    (:func:`gradcore.privacy.deployment_guarantee`); the client-level one is what the
+    ``dp`` defense at the same ``z`` gives under ``client_protocol`` (DP-FedSGD).
+    """
+    out = []
+    for z in multipliers:
+        column = f"z {z:g}"
+        ran = [(s, a) for s in sweep.scenarios for a in sweep.attacks
+               if (s, a, column) in sweep.scores and not sweep.refused(s, a, column)]
+        gain = {(s, a): sweep.value(s, a, column, "psnr") - sweep.reference[s]["psnr"] for s, a in ran}
+        (scenario, attack), best = max(gain.items(), key=lambda item: item[1]) if gain else (("", "none ran"), math.nan)
+        lpips = [sweep.value(s, a, column, "lpips") for s, a in ran if "lpips" in sweep.metrics]
+        lpips = [v for v in lpips if not math.isnan(v)]
+        out.append(PrivacyRow(z, privacy.deployment_guarantee(dp_sgd_logs[z].participation, z, client_protocol.delta),
+                              privacy.guarantee(dp_spec(z, 1.0), client_protocol), dp_sgd_logs[z].final(),
+                              defense_logs[z].final(), best, f"{attack} ({scenario})", min(lpips) if lpips else math.nan))
+    return out
+
+
+def matched(logs: Mapping[str, object], table: Sequence[PrivacyRow], tolerance: float) -> list[list]:
+    """Per deployment, the DP-SGD level of least epsilon that keeps its accuracy (within ``tolerance``).
+
+    ``[label, accuracy, z, epsilon (RDP), DP-SGD accuracy]``; ``z`` is ``nan`` when no
+    level of the sweep keeps that accuracy.
+    """
+    out = []
+    for label, log in logs.items():
+        kept = [row for row in table if row.accuracy >= log.final() - tolerance]
+        best = min(kept, key=lambda row: row.sample_level.epsilon["rdp"]) if kept else None
+        out.append([label, log.final(), best.multiplier if best else math.nan,
+                    best.sample_level.epsilon["rdp"] if best else math.nan, best.accuracy if best else math.nan])
+    return out
