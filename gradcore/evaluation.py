@@ -3,14 +3,16 @@
 :func:`matrix` is the one entry point: for each scenario (a client's private batch and
 model, :class:`gradcore.experiments.Scenario`), each defense produces the gradient the
 client shares, each applicable attack inverts it, and the reconstruction is scored
-against the private batch. It returns an :class:`Evaluation`, from which a chapter
-takes a table per metric and the data of a heat-map figure.
+against the private batch. It returns an :class:`Evaluation`, a flat list of :class:`Cell`
+records with a small query API, from which a chapter takes a table per metric and the
+data of a heat-map figure.
 
 The attacks it runs are the registered ones (:mod:`gradcore.attacks`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from dataclasses import dataclass, field
@@ -33,30 +35,74 @@ from .claims import Table
 
 
 @dataclass
-class Evaluation:
-    """Scores of every (scenario, attack, defense), averaged over each scenario's cases.
+class Cell:
+    """One record of the matrix: one attack against one defense on one setting's cases.
 
     Attributes
     ----------
+    scenario, attack, defense : str
+        The setting, the attack and the defense (the matrix's row and column labels).
     scores : dict
-        ``{(scenario, attack, defense): {metric: mean over images}}``; an attack that
-        does not apply to a scenario has no entry.
-    reconstructions : dict
-        ``{(scenario, attack, defense): [reconstruction aligned to the truth, per case]}``.
+        ``{metric: mean over the setting's cases}``.
+    reconstructions : list
+        Per case, the reconstruction aligned to the truth and clipped to [0, 1]; the gray
+        guess where the attack refused the case.
+    seconds : float
+        Attack wall time summed over the cases; print only sanitised.
+    errors : list
+        The message of each case the attack refused (its assumptions no longer hold);
+        refused cases are scored as the gray guess, what an attacker who learned nothing
+        would submit.
+    cases : int
+        How many cases (private batches) the setting has.
+    """
+
+    scenario: str
+    attack: str
+    defense: str
+    scores: dict
+    reconstructions: list = field(default_factory=list)
+    seconds: float = 0.0
+    errors: list = field(default_factory=list)
+    cases: int = 0
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.scenario, self.attack, self.defense
+
+    @property
+    def refused(self) -> bool:
+        """The attack refused every case: it did not run at all (scored as the gray guess)."""
+        return self.cases > 0 and len(self.errors) == self.cases
+
+    @property
+    def error(self) -> str | None:
+        """The first refusal's message, ``None`` if every case ran."""
+        return self.errors[0] if self.errors else None
+
+
+@dataclass
+class Evaluation:
+    """The attack-versus-defense matrix as a flat list of :class:`Cell` records, with a small query API.
+
+    :meth:`cell`, :meth:`ran` and :meth:`select` find records; :meth:`value`,
+    :meth:`to_gray`, :meth:`refused`, :meth:`tally`, :meth:`weakest` and friends answer the
+    chapters' questions; :meth:`table` and :meth:`heatmap` lay the records out as rows
+    (scenario, attack) and columns (defense).
+
+    Attributes
+    ----------
+    scenarios, attacks, defenses, metrics : list
+        Labels, in the order tables show them.
+    cells : list of Cell
+        One record per (scenario, attack, defense) that was run; an attack that does not
+        apply to a scenario has none.
     truths : dict
         ``{scenario: [private batch, per case]}``.
-    seconds : dict
-        Attack wall time per (scenario, attack, defense); print only sanitised.
     skipped : dict
         ``{(scenario, attack): reason}`` for attacks that do not apply.
     unmeasured : dict
         ``{metric: reason}`` for metrics that could not be measured here.
-    failed : dict
-        ``{(scenario, attack, defense): first error}`` where the attack refused some case
-        (e.g. the defended gradient no longer fits its assumptions); those cases are
-        scored as the gray guess, what an attacker who learned nothing would submit.
-    failures : dict
-        How many cases failed per key of ``failed``.
     reference : dict
         ``{scenario: {metric: score}}`` of an attacker who learned nothing and guesses
         uniform gray: the level at which a defense has won.
@@ -66,19 +112,52 @@ class Evaluation:
     attacks: list
     defenses: list
     metrics: list
-    scores: dict = field(default_factory=dict)
-    reconstructions: dict = field(default_factory=dict)
+    cells: list = field(default_factory=list)
     truths: dict = field(default_factory=dict)
-    seconds: dict = field(default_factory=dict)
     skipped: dict = field(default_factory=dict)
     unmeasured: dict = field(default_factory=dict)
     reference: dict = field(default_factory=dict)
-    failed: dict = field(default_factory=dict)
-    failures: dict = field(default_factory=dict)
+    _index: dict = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self):
+        self._index = {cell.key: position for position, cell in enumerate(self.cells)}
+
+    def add(self, cell: Cell) -> None:
+        """Record ``cell``; a record of the same (scenario, attack, defense) is replaced where it stands."""
+        if cell.key in self._index:
+            self.cells[self._index[cell.key]] = cell
+        else:
+            self._index[cell.key] = len(self.cells)
+            self.cells.append(cell)
+
+    def remove(self, scenario: str, attack: str, defense: str) -> None:
+        """Drop the record of (scenario, attack, defense), if there is one."""
+        if (scenario, attack, defense) in self._index:
+            del self.cells[self._index[(scenario, attack, defense)]]
+            self._index = {cell.key: position for position, cell in enumerate(self.cells)}
+
+    def cell(self, scenario: str, attack: str, defense: str) -> Cell | None:
+        """The record of (scenario, attack, defense), ``None`` if that pair was not run."""
+        position = self._index.get((scenario, attack, defense))
+        return None if position is None else self.cells[position]
+
+    def ran(self, scenario: str, attack: str, defense: str) -> bool:
+        """Whether (scenario, attack, defense) has a record (it ran, or it was kept as a refusal)."""
+        return (scenario, attack, defense) in self._index
+
+    def select(self, scenario: str | None = None, attack: str | None = None, defense: str | None = None) -> list[Cell]:
+        """The records matching every label given, in the order they were recorded."""
+        return [cell for cell in self.cells if (scenario is None or cell.scenario == scenario)
+                and (attack is None or cell.attack == attack) and (defense is None or cell.defense == defense)]
 
     def value(self, scenario: str, attack: str, defense: str, metric: str) -> float:
         """One mean score; NaN when the attack did not apply or the metric was not measured."""
-        return self.scores.get((scenario, attack, defense), {}).get(metric, math.nan)
+        cell = self.cell(scenario, attack, defense)
+        return math.nan if cell is None else cell.scores.get(metric, math.nan)
+
+    def _rows(self, scenario: str | None = None, include_skipped: bool = False) -> list[tuple[str, str]]:
+        return [(s, a) for s in ([scenario] if scenario else self.scenarios) for a in self.attacks
+                if any(self.ran(s, a, d) for d in self.defenses) or (include_skipped and (s, a) in self.skipped)]
 
     def grid(self, metric: str, scenario: str | None = None, include_skipped: bool = False) -> tuple[np.ndarray, list[str], list[str]]:
         """``(values, row labels, column labels)``: one row per (scenario, attack), one column per defense.
@@ -86,8 +165,7 @@ class Evaluation:
         ``include_skipped`` keeps the rows of attacks that do not apply (all NaN), so a
         table shows them as "n/a" instead of leaving them out.
         """
-        rows = [(s, a) for s in ([scenario] if scenario else self.scenarios) for a in self.attacks
-                if any((s, a, d) in self.scores for d in self.defenses) or (include_skipped and (s, a) in self.skipped)]
+        rows = self._rows(scenario, include_skipped)
         values = np.array([[self.value(s, a, d, metric) for d in self.defenses] for s, a in rows], dtype=float)
         values = values.reshape(len(rows), len(self.defenses))
         labels = [f"{a} | {s}" if scenario is None else a for s, a in rows]
@@ -100,8 +178,7 @@ class Evaluation:
         scenarios of different images on one scale; for MSE the sign flips (below 0 leaks).
         """
         values, labels, columns = self.grid(metric, include_skipped=include_skipped)
-        rows = [(s, a) for s in self.scenarios for a in self.attacks
-                if any((s, a, d) in self.scores for d in self.defenses) or (include_skipped and (s, a) in self.skipped)]
+        rows = self._rows(include_skipped=include_skipped)
         reference = np.array([self.reference.get(s, {}).get(metric, math.nan) for s, _ in rows], dtype=float)
         return values - reference[:, None], labels, columns
 
@@ -113,8 +190,7 @@ class Evaluation:
         """
         values, labels, columns = self.grid(metric, include_skipped=include_skipped)
         direction = "higher" if quality.HIGHER_IS_BETTER.get(metric, False) else "lower"
-        keys = [(s, a) for s in self.scenarios for a in self.attacks
-                if any((s, a, d) in self.scores for d in self.defenses) or (include_skipped and (s, a) in self.skipped)]
+        keys = self._rows(include_skipped=include_skipped)
         rows = [[label] + ["refused" if self.refused(s, a, d) else _cell(v) for d, v in zip(columns, row)]
                 for label, (s, a), row in zip(labels, keys, values)]
         return Table(title or f"{metric.upper()} per attack and defense ({direction} favours the attacker)",
@@ -127,13 +203,13 @@ class Evaluation:
     def stopped(self, defense: str, level: float = 1.0, attacks: Sequence[str] | None = None) -> tuple[int, int]:
         """``(stopped, attacked)``: of the (scenario, attack) pairs run against ``defense``, how many
         end with an MSE of at least ``level`` times the gray guess's (``attacks`` limits the attacks)."""
-        keys = [(s, a) for s in self.scenarios for a in (attacks or self.attacks) if (s, a, defense) in self.scores]
+        keys = [(s, a) for s in self.scenarios for a in (attacks or self.attacks) if self.ran(s, a, defense)]
         return sum(self.to_gray(s, a, defense) >= level for s, a in keys), len(keys)
 
     def refused(self, scenario: str, attack: str, defense: str) -> bool:
         """Whether the attack refused every case of the cell: it did not run (scored as the gray guess)."""
-        key = (scenario, attack, defense)
-        return key in self.scores and self.failures.get(key, 0) == len(self.truths.get(scenario, ())) > 0
+        cell = self.cell(scenario, attack, defense)
+        return cell is not None and cell.refused
 
     def tally(self, defense: str, level: float = 1.0, attacks: Sequence[str] | None = None) -> tuple[int, int, int]:
         """``(ran and stopped, refused, attacked)`` of the (scenario, attack) pairs run against ``defense``.
@@ -142,14 +218,14 @@ class Evaluation:
         counted apart from one that ran and ended at or beyond ``level`` times the gray
         guess's MSE: a refusal tells the attacker it failed, and it would try another attack.
         """
-        keys = [(s, a) for s in self.scenarios for a in (attacks or self.attacks) if (s, a, defense) in self.scores]
+        keys = [(s, a) for s in self.scenarios for a in (attacks or self.attacks) if self.ran(s, a, defense)]
         refused = [k for k in keys if self.refused(*k, defense)]
         ran = [k for k in keys if k not in refused]
         return sum(self.to_gray(s, a, defense) >= level for s, a in ran), len(refused), len(keys)
 
     def leaking(self, defense: str, level: float = 1.0) -> int:
         """How many (scenario, attack) pairs run against ``defense`` end below ``level`` times the gray guess's MSE."""
-        return sum(self.to_gray(s, a, d) < level for s, a, d in self.scores if d == defense)
+        return sum(self.to_gray(*cell.key) < level for cell in self.select(defense=defense))
 
     def weakest(self, defense: str, attacks: Sequence[str] | None = None, scenarios: Sequence[str] | None = None) -> tuple:
         """``(scenario, attack, MSE / gray MSE)`` of the attack that did best against ``defense``.
@@ -158,7 +234,7 @@ class Evaluation:
         attack where a deployment is weakest: a deployment is only as safe as its worst round.
         Refused cells count as the gray guess; ties go to the earliest scenario.
         """
-        keys = [(s, a) for s in (scenarios or self.scenarios) for a in (attacks or self.attacks) if (s, a, defense) in self.scores]
+        keys = [(s, a) for s in (scenarios or self.scenarios) for a in (attacks or self.attacks) if self.ran(s, a, defense)]
         if not keys:
             raise ValueError(f"no attack ran against {defense!r}")
         # Rounded, so that among exact recoveries (differing in round-off) the earliest round is named.
@@ -169,7 +245,7 @@ class Evaluation:
         """:meth:`over_gray` as a heat-map; cells where the attack refused read "refused", blank cells are n/a."""
         gains, labels, columns = self.over_gray(metric)
         figure = plots.heatmap(gains, labels, columns, title, vmax=vmax, **options)
-        rows = [(s, a) for s in self.scenarios for a in self.attacks if any((s, a, d) in self.scores for d in self.defenses)]
+        rows = self._rows()
         marked = {(c, r) for r, (s, a) in enumerate(rows) for c, d in enumerate(columns) if self.refused(s, a, d)}
         for text in figure.axes[0].texts:
             if tuple(int(round(v)) for v in text.get_position()) in marked:
@@ -240,7 +316,7 @@ def matrix(attacks: Mapping[str, Mapping], defenses: Mapping[str, Mapping], scen
     keep_refusals : bool
         An attack that refuses every case under every defense is taken as not applicable
         to the scenario and moved to ``skipped``; with ``keep_refusals`` it stays, scored as
-        the gray guess and listed in ``failed`` (a sweep with one defense per call, where
+        the gray guess with its refusals in the cell's ``errors`` (a sweep with one defense per call, where
         the attack is known to apply).
     """
     result = Evaluation(list(scenarios), list(attacks), list(defenses), list(metrics))
@@ -284,20 +360,14 @@ def matrix(attacks: Mapping[str, Mapping], defenses: Mapping[str, Mapping], scen
                     kept.append(reconstruction)
                     for m in measured:
                         per_image[m].extend(quality.measure(m, reconstruction, case.inputs).tolist())
-                key = (scenario_label, attack_label, defense_label)
-                if errors:
-                    result.failed[key] = errors[0]
-                    result.failures[key] = len(errors)
-                result.scores[key] = {m: float(np.mean(v)) for m, v in per_image.items()}
-                result.reconstructions[key] = kept
-                result.seconds[key] = seconds
+                result.add(Cell(scenario_label, attack_label, defense_label,
+                                {m: float(np.mean(v)) for m, v in per_image.items()}, kept, seconds, errors, len(cases)))
             # An attack that refused every case under every defense does not apply to this scenario at all.
-            keys = [(scenario_label, attack_label, d) for d in defenses if (scenario_label, attack_label, d) in result.scores]
-            if keys and not keep_refusals and all(result.failures.get(k, 0) == len(cases) for k in keys):
-                result.skipped[(scenario_label, attack_label)] = result.failed[keys[0]]
-                for k in keys:
-                    for store in (result.scores, result.reconstructions, result.seconds, result.failed, result.failures):
-                        store.pop(k, None)
+            records = result.select(scenario=scenario_label, attack=attack_label)
+            if records and not keep_refusals and all(cell.refused for cell in records):
+                result.skipped[(scenario_label, attack_label)] = records[0].error
+                for cell in records:
+                    result.remove(*cell.key)
     bar.close()
     return result
 
@@ -374,24 +444,23 @@ def with_architecture(evaluation: Evaluation, attacks: Mapping[str, Mapping], la
     ``scenarios`` maps a scenario of ``evaluation`` to its cases on the changed model (the
     same private batches). Every attack that ran undefended on that scenario attacks the
     changed model; one that refuses every case was defeated by the change and scores the
-    gray guess (in ``failed``), not "not applicable". Scenarios left out get "n/a".
+    gray guess (a refused :class:`Cell`), not "not applicable". Scenarios left out get "n/a".
     ``baseline`` is the column of the unchanged model (an attack that ran there, or refused
     there, attacks the changed model).
     ``evaluation`` is extended in place and returned.
     """
     for scenario_label, cases in scenarios.items():
         ran = {a: {k: v for k, v in spec.items() if k not in ("scenarios", "defenses")} for a, spec in attacks.items()
-               if (scenario_label, a, baseline) in evaluation.scores and "defenses" not in spec}
+               if evaluation.ran(scenario_label, a, baseline) and "defenses" not in spec}
         changed = matrix(ran, {label: {"defense": None}}, {scenario_label: cases}, evaluation.metrics, seed, progress)
         for attack_label in ran:
-            key = (scenario_label, attack_label, label)
             if (scenario_label, attack_label) in changed.skipped:  # refused every case: the change blocked it
-                changed.scores[key] = dict(changed.reference[scenario_label])
-                changed.reconstructions[key] = [torch.full_like(case.inputs, 0.5) for case in cases]
-                changed.failed[key], changed.failures[key] = changed.skipped[(scenario_label, attack_label)], len(cases)
-            for store in ("scores", "reconstructions", "seconds", "failed", "failures"):
-                if key in getattr(changed, store):
-                    getattr(evaluation, store)[key] = getattr(changed, store)[key]
+                reason = changed.skipped[(scenario_label, attack_label)]
+                evaluation.add(Cell(scenario_label, attack_label, label, dict(changed.reference[scenario_label]),
+                                    [torch.full_like(case.inputs, 0.5) for case in cases], 0.0, [reason] * len(cases),
+                                    len(cases)))
+            elif changed.ran(scenario_label, attack_label, label):
+                evaluation.add(changed.cell(scenario_label, attack_label, label))
     if label not in evaluation.defenses:
         evaluation.defenses.append(label)
     return evaluation
@@ -484,12 +553,9 @@ def strength_sweep(attacks: Mapping[str, Mapping], scenarios: Mapping[str, Seque
     for value, column in zip(levels, columns):
         if start is not None and value == levels[0]:
             part = Evaluation(start.scenarios, start.attacks, [column], start.metrics, truths=start.truths, reference=start.reference)
-            for (s, a, d), scores in start.scores.items():
-                if d == start_label and s in scenarios and a in attacks:
-                    part.scores[(s, a, column)] = scores
-                    for store in ("failed", "failures"):
-                        if (s, a, d) in getattr(start, store):
-                            getattr(part, store)[(s, a, column)] = getattr(start, store)[(s, a, d)]
+            for cell in start.select(defense=start_label):
+                if cell.scenario in scenarios and cell.attack in attacks:
+                    part.add(dataclasses.replace(cell, defense=column))
         else:
             part = Evaluation(list(scenarios), list(attacks), [column], list(metrics))
             for s in scenarios:
@@ -498,7 +564,7 @@ def strength_sweep(attacks: Mapping[str, Mapping], scenarios: Mapping[str, Seque
                     _merge(part, matrix({a: attacks[a] for a in names}, {column: {"defense": defense, parameter: value, **options}},
                                         {s: scenarios[s]}, metrics, seed, progress=False, keep_refusals=True))
         _merge(result, part)
-        leaking = [(s, a) for s, a in leaking if (s, a, column) in result.scores and result.to_gray(s, a, column) < level]
+        leaking = [(s, a) for s, a in leaking if result.ran(s, a, column) and result.to_gray(s, a, column) < level]
         if not leaking:
             first = value
             break
@@ -510,5 +576,6 @@ def _merge(into: Evaluation, part: Evaluation) -> None:
     into.truths.update({s: t for s, t in part.truths.items() if s not in into.truths})
     into.reference.update({s: r for s, r in part.reference.items() if s not in into.reference})
     into.unmeasured.update(part.unmeasured)
-    for store in ("scores", "reconstructions", "seconds", "failed", "failures", "skipped"):
-        getattr(into, store).update(getattr(part, store))
+    for cell in part.cells:
+        into.add(cell)
+    into.skipped.update(part.skipped)

@@ -50,7 +50,7 @@ import torch
 from torch import nn
 
 from .dense import (DenseNetwork, LayerGradients, check_batch, check_gradients, check_inputs, flatten_gradients,
-                    forward, gradients, loss_value, per_sample_sensitivities, random_network, scale_gradients, softmax)
+                    forward, gradients, linear_layers, loss_value, per_sample_sensitivities, random_network, scale_gradients, softmax)
 from .validation import GradcoreValueError
 
 # ----------------------------------------------------------------------------------
@@ -566,25 +566,17 @@ def dead_layer_probability(widths: Sequence[int]) -> float:
 
 
 def _linear_layers(model: nn.Module) -> list[tuple[int, nn.Linear]]:
-    """``(module index, layer)`` of each Linear in a ``[Flatten...] Linear (ReLU Linear)*`` Sequential."""
-    if not isinstance(model, nn.Sequential):
-        raise GradcoreValueError("the walk-back needs an nn.Sequential of Flatten, Linear and ReLU modules, "
-                                 f"got a {type(model).__name__}")
-    modules = list(model)
-    position = 0
-    while position < len(modules) and isinstance(modules[position], nn.Flatten):
-        position += 1
-    layers, expect_linear = [], True
-    for index in range(position, len(modules)):
-        module, wanted = modules[index], (nn.Linear if expect_linear else nn.ReLU)
-        if not isinstance(module, wanted):
-            raise GradcoreValueError(f"module {index} is {type(module).__name__} where {wanted.__name__} was expected: the walk-back "
-                                     "handles an optional Flatten then Linear layers with ReLU between them, ending on a Linear")
-        if expect_linear:
-            layers.append((index, module))
-        expect_linear = not expect_linear
-    if not layers or expect_linear:
-        raise GradcoreValueError("the model must contain a Linear layer and end on one (a linear output feeding the loss)")
+    """``(module index, layer)`` of each Linear in a ``[Flatten...] Linear (ReLU Linear)*`` Sequential.
+
+    :func:`gradcore.dense.linear_layers` parses the network; the walk-back adds its own
+    condition, a ReLU after every hidden Linear (Proposition 3.1 divides through ReLU layers).
+    """
+    layers, activation, first_activation = linear_layers(model)
+    if not first_activation:
+        raise GradcoreValueError("the walk-back needs a ReLU after every hidden Linear; this network has none after its "
+                                 "first (exclusivity reduction)")
+    if activation != "relu":
+        raise GradcoreValueError(f"the walk-back needs ReLU between the Linear layers; this network uses {activation}")
     return layers
 
 

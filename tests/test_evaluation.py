@@ -52,9 +52,9 @@ def test_an_attack_refused_by_a_defense_scores_the_gray_guess(digits):
     result = evaluation.matrix({"excl": {"attack": "exclusivity"}}, {"none": {"defense": None}, "noise": {"defense": "noise", "sigma": 0.1}},
                                {"c": [case]}, metrics=("mse",), progress=False)
     gray = float(metrics.mse(torch.full_like(case.inputs, 0.5), case.inputs))
-    assert ("c", "excl", "noise") in result.failed and result.failures[("c", "excl", "noise")] == 1
+    assert result.cell("c", "excl", "noise").error and len(result.cell("c", "excl", "noise").errors) == 1
     assert result.value("c", "excl", "noise", "mse") == pytest.approx(gray, rel=1e-12)
-    assert ("c", "excl", "none") not in result.failed and result.value("c", "excl", "none", "mse") < 1e-12
+    assert result.cell("c", "excl", "none").error is None and result.value("c", "excl", "none", "mse") < 1e-12
     assert ("c", "excl") not in result.skipped
 
 
@@ -114,8 +114,8 @@ def test_with_architecture_adds_a_column_blocked_attacks_score_gray(digits):
     gray = float(((truth - 0.5) ** 2).mean())
     for name in ("excl", "walk"):  # both need a ReLU after the first layer: refused, scored as the gray guess
         assert result.value("B=1", name, "reduced", "mse") == pytest.approx(gray, rel=1e-12)
-        assert result.failures[("B=1", name, "reduced")] == 1 and ("B=1", name) not in result.skipped
-    assert "ReLU" in result.failed[("B=1", "excl", "reduced")]
+        assert len(result.cell("B=1", name, "reduced").errors) == 1 and ("B=1", name) not in result.skipped
+    assert "ReLU" in result.cell("B=1", "excl", "reduced").error
     assert math.isnan(result.value("other", "closed", "reduced", "mse"))  # no reduced model given: n/a
     assert math.isnan(result.value("B=1", "adaptive", "reduced", "mse"))  # limited to other defenses
     assert result.to_gray("B=1", "excl", "reduced") == pytest.approx(1.0)
@@ -189,7 +189,8 @@ def test_refusals_are_reported_apart_from_failed_runs(digits):
     result = evaluation.matrix({"walk": {"attack": "walk_back"}, "closed": {"attack": "closed_form"}},
                                {"none": {"defense": None}, "noise": {"defense": "noise", "sigma": 0.5}},
                                cases, metrics=("mse", "psnr"), progress=False)
-    result.failures[("B=1", "walk", "noise")] = 1  # as if the walk-back had found no row to divide by
+    # as if the walk-back had found no row to divide by
+    result.cell("B=1", "walk", "noise").errors.append("no row to divide by")
     assert result.refused("B=1", "walk", "noise") and not result.refused("B=1", "closed", "noise")
     assert not result.refused("B=1", "walk", "none")
     stopped, refused, attacked = result.tally("noise", 0.9)
@@ -205,7 +206,7 @@ def test_keep_refusals_keeps_an_attack_that_refuses_everything(digits):
     skipped = evaluation.matrix({"walk": {"attack": "walk_back"}}, {"none": {"defense": None}}, cases, metrics=("mse",), progress=False)
     kept = evaluation.matrix({"walk": {"attack": "walk_back"}}, {"none": {"defense": None}}, cases, metrics=("mse",), progress=False,
                              keep_refusals=True)
-    assert ("B=2", "walk") in skipped.skipped and ("B=2", "walk", "none") not in skipped.scores
+    assert ("B=2", "walk") in skipped.skipped and not skipped.ran("B=2", "walk", "none")
     assert kept.refused("B=2", "walk", "none") and kept.to_gray("B=2", "walk", "none") == pytest.approx(1.0)
 
 
@@ -257,7 +258,7 @@ def test_strength_sweep_stops_at_the_first_level_without_a_leak(digits):
     assert sweep.to_gray("B=1", "closed", "sigma 0") < 1e-6 and first == 10.0
     assert sweep.to_gray("B=1", "closed", "sigma 10") >= 0.9
     never, none_found = evaluation.strength_sweep(attacks_, cases, "noise", "sigma", (0.0, 1e-9), level=0.9)
-    assert none_found is None and len(never.scores) == 2
+    assert none_found is None and len(never.cells) == 2
 
 
 def test_strength_sweep_starts_from_an_existing_column(digits):
@@ -267,5 +268,24 @@ def test_strength_sweep_starts_from_an_existing_column(digits):
                               progress=False)
     sweep, stops = evaluation.strength_sweep(attacks_, cases, "noise", "sigma", (1e-9, 10.0), level=0.9, start=first,
                                              start_label="weak")
-    assert sweep.scores[("B=1", "closed", "sigma 1e-09")] == first.scores[("B=1", "closed", "weak")]
+    assert sweep.cell("B=1", "closed", "sigma 1e-09").scores == first.cell("B=1", "closed", "weak").scores
     assert stops == 10.0 and sweep.leaking("sigma 1e-09", 0.9) == 1 and sweep.leaking("sigma 10", 0.9) == 0
+
+
+def test_cells_are_flat_records_with_a_query_api(digits):
+    cases = {"B=1": [experiments.scenario(digits, "mlp", 1, seed=0, widths=(16,))]}
+    result = evaluation.matrix({"walk": {"attack": "walk_back"}, "closed": {"attack": "closed_form"}},
+                               {"none": {"defense": None}, "noise": {"defense": "noise", "sigma": 0.5}},
+                               cases, metrics=("mse",), progress=False)
+    assert [cell.key for cell in result.cells] == [("B=1", a, d) for a in ("walk", "closed") for d in ("none", "noise")]
+    assert [cell.defense for cell in result.select(attack="closed")] == ["none", "noise"]
+    assert [cell.attack for cell in result.select(defense="noise")] == ["walk", "closed"]
+    cell = result.cell("B=1", "closed", "none")
+    assert cell.cases == 1 and len(cell.reconstructions) == 1 and cell.seconds >= 0 and not cell.refused
+    assert result.cell("B=1", "closed", "clip") is None and not result.ran("B=1", "closed", "clip")
+    replaced = evaluation.Cell("B=1", "closed", "none", {"mse": 0.5}, cases=1)
+    result.add(replaced)
+    assert result.cell("B=1", "closed", "none") is replaced and len(result.cells) == 4
+    assert result.cells[2] is replaced  # replaced where it stood: tables keep their order
+    result.remove("B=1", "walk", "none")
+    assert not result.ran("B=1", "walk", "none") and result.cell("B=1", "closed", "none") is replaced

@@ -8,7 +8,6 @@ import torch
 
 import gradcore
 from gradcore import dense, experiments, minimal, models
-from gradcore.attacks import regularised
 
 
 def _single(widths, activation, seed=0, label=3):
@@ -190,86 +189,6 @@ def test_deconvolution_blocked_when_only_padding_is_seen():
     activated[outputs + 1] = 0.0  # the output that sees the input is inactive
     with pytest.raises(ValueError, match="blocked: every usable convolution output sees only the zero padding"):
         minimal.deconvolve(layer, activated, "relu", 3)
-
-
-def _cnn_case(kernels, **options):
-    torch.manual_seed(0)
-    model = minimal.conv_mlp((1, 6, 6), 4, kernels=kernels, **options).double()
-    x = torch.rand(1, 1, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    return model, x, gradcore.shared_gradient(model, x, torch.tensor([1]))
-
-
-@pytest.mark.parametrize("activation", ["sigmoid", "tanh"])
-def test_two_step_is_exact_when_kernels_suffice(activation):
-    model, x, gradient = _cnn_case(4, kernel_size=3, stride=2, padding=1, hidden=5, activation=activation)  # needs 4
-    result = minimal.two_step(model, gradient, (1, 6, 6))
-    assert result.deconvolution.determined and result.deconvolution.method == "lstsq"
-    assert minimal.relative_error(result.input, x.numpy()) < 1e-10
-    attacked = gradcore.attack("two_step", model, gradient, shape=(1, 6, 6), truth=x)
-    assert attacked.final("mse") < 1e-20 and attacked.seconds > 0 and attacked.history["iteration"] == [0]
-
-
-def test_two_step_fails_when_kernels_are_short():
-    model, x, gradient = _cnn_case(3, kernel_size=3, stride=2, padding=1, hidden=5)  # needs 4
-    result = minimal.two_step(model, gradient, (1, 6, 6), iterations=200)
-    assert not result.deconvolution.determined and result.deconvolution.rank == 27
-    assert minimal.relative_error(result.input, x.numpy()) > 1e-2
-
-
-def test_two_step_refuses_unsupported_models():
-    model = models.build("lenet", (1, 8, 8), 4)
-    with pytest.raises(ValueError, match="one convolutional layer"):
-        minimal.two_step(model, [p.detach() for p in model.parameters()], (1, 8, 8))
-    layer = torch.nn.Conv2d(1, 1, 3)
-    with pytest.raises(ValueError, match="deconvolution method must be one of 'auto', 'lstsq', 'optimise'"):
-        minimal.deconvolve(layer, np.zeros(36), "sigmoid", 8, method="magic")
-    with pytest.raises(ValueError, match="saturated or inactive"):
-        minimal.deconvolve(layer, np.zeros(36), "relu", 8)
-
-
-def test_minimal_mlp_attack_on_a_non_image_input():
-    # Issue 14: the attack computed the reconstruction, then failed recording its history
-    # because the metrics assumed (B, C, H, W).
-    model = models.build("mlp", (7,), 3, seed=0, widths=(5,)).double()
-    x = torch.rand(1, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    result = gradcore.attack("minimal_mlp", model, gradcore.shared_gradient(model, x, torch.tensor([1])), shape=(7,), truth=x,
-                             progress=False)
-    assert result.reconstruction.shape == (1, 7)
-    assert result.final("mse") < 1e-25 and result.final("psnr") > 200
-
-
-def test_minimal_mlp_attack_matches_numpy():
-    model = models.build("mlp", (1, 4, 4), 3, seed=0, widths=(1, 6), activation="sigmoid").double()
-    x = torch.rand(1, 1, 4, 4, dtype=torch.float64)
-    gradient = gradcore.shared_gradient(model, x, torch.tensor([2]))
-    result = gradcore.attack("minimal_mlp", model, gradient, shape=(1, 4, 4))
-    assert minimal.relative_error(result.reconstruction.numpy(), x.numpy()) < 1e-10
-    with pytest.raises(ValueError, match="regularised_matching"):
-        gradcore.attack("minimal_mlp", model, gradient, shape=(1, 4, 4), batch_size=2)
-
-
-def test_regularisers_by_hand():
-    batch = torch.tensor([[1.0, 0.0], [1.0, 2.0], [0.0, 3.0]])
-    # pairs (k, k'), k != k': dots 1, 0, 6, each counted twice.
-    assert regularised.REGULARISERS["orthogonality"](batch).item() == 2 * (1 + 0 + 36)
-    assert regularised.REGULARISERS["l2"](batch).item() == 15
-    assert regularised.REGULARISERS["none"](batch).item() == 0
-    # Centred rows (each minus its mean): (0.5, -0.5), (-0.5, 0.5), (-1.5, 1.5); dots -0.5, -1.5, 1.5, each twice.
-    assert regularised.REGULARISERS["orthogonality_centred"](batch).item() == pytest.approx(2 * (0.25 + 2.25 + 2.25))
-    # Centring removes what non-negative images share: two constant images are orthogonal once centred.
-    assert regularised.REGULARISERS["orthogonality_centred"](torch.ones(2, 1, 3, 3)).item() == 0
-    with pytest.raises(KeyError, match="known regularisers"):
-        regularised.REGULARISERS["tv"]
-
-
-def test_regularised_matching_recovers_a_single_digit():
-    model = models.build("mlp", (1, 4, 4), 3, seed=0, widths=(8,), activation="sigmoid").double()
-    x = torch.rand(1, 1, 4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    gradient = gradcore.shared_gradient(model, x, torch.tensor([1]))
-    result = gradcore.attack("regularised_matching", model, gradient, shape=(1, 4, 4), labels=torch.tensor([1]), truth=x,
-                             progress=False, iterations=300, lr=0.1, record_every=50)
-    assert result.history["iteration"][-1] == 300 and result.final("mse") < 1e-8
-    assert result.history["mse"][0] > result.final("mse")
 
 
 def test_saturation_counts_flat_sigmoids():

@@ -310,9 +310,17 @@ def test_walk_back_torch_errors():
         wb.walk_back_torch(model, (shared[0] * float("nan"),) + shared[1:], (1, 8, 8))
     with pytest.raises(ValueError, match="first Linear layer takes 64"):
         wb.walk_back_torch(model, shared, (1, 4, 4))
-    with pytest.raises(ValueError, match="Sigmoid where ReLU"):
+    with pytest.raises(ValueError, match="needs ReLU between the Linear layers; this network uses sigmoid"):
         sigmoid = models.build("mlp", (1, 8, 8), 10, widths=(32,), activation="sigmoid").double()
         wb.walk_back_torch(sigmoid, client.shared_gradient(sigmoid, image, torch.tensor([1])), (1, 8, 8))
+    reduced = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 8), torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                  torch.nn.Linear(16, 10)).double()
+    with pytest.raises(ValueError, match="none after its first"):
+        wb.walk_back_torch(reduced, client.shared_gradient(reduced, image, torch.tensor([1])), (1, 8, 8))
+    with pytest.raises(ValueError, match="Conv2d where a Linear"):
+        convolutional = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.Flatten(), torch.nn.Linear(72, 10))
+        wb.walk_back_torch(convolutional.double(), client.shared_gradient(convolutional.double(), image,
+                                                                          torch.tensor([1])), (1, 8, 8))
     with pytest.raises(ValueError, match="nn.Sequential"):
         wb.walk_back_torch(model[1], shared[:2], (64,))
     unbiased = models.build("mlp", (1, 8, 8), 10, widths=(32,), activation="relu", bias=False).double()

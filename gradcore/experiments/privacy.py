@@ -85,7 +85,7 @@ def gains(sweep: evaluation.Evaluation, multipliers: Sequence[float]) -> dict:
         for z in multipliers:
             column = f"z {z:g}"
             ran = [sweep.value(s, attack, column, "psnr") - sweep.reference[s]["psnr"] for s in sweep.scenarios
-                   if (s, attack, column) in sweep.scores and not sweep.refused(s, attack, column)]
+                   if sweep.ran(s, attack, column) and not sweep.refused(s, attack, column)]
             series.append(max(ran) if ran else math.nan)
         out[attack] = series
     return out
@@ -124,7 +124,7 @@ def rows(sweep: evaluation.Evaluation, dp_sgd_logs: Mapping[float, object], defe
     for z in multipliers:
         column = f"z {z:g}"
         ran = [(s, a) for s in sweep.scenarios for a in sweep.attacks
-               if (s, a, column) in sweep.scores and not sweep.refused(s, a, column)]
+               if sweep.ran(s, a, column) and not sweep.refused(s, a, column)]
         gain = {(s, a): sweep.value(s, a, column, "psnr") - sweep.reference[s]["psnr"] for s, a in ran}
         (scenario, attack), best = max(gain.items(), key=lambda item: item[1]) if gain else (("", "none ran"), math.nan)
         lpips = [sweep.value(s, a, column, "lpips") for s, a in ran if "lpips" in sweep.metrics]

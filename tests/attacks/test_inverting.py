@@ -1,9 +1,10 @@
-"""gradcore.inverting: the Inverting Gradients attack (cosine matching, TV prior, signed Adam).
+"""gradcore.attacks.inverting: the Inverting Gradients attack (cosine matching, TV prior, signed Adam).
 
 Outside references: a direct NumPy total variation, the definition of the cosine
 distance, the single-restart objective evaluated restart by restart (against the
 ``vmap``-batched one), and the private label itself. Models are tiny (a width-4
 ConvNet with batch norm, an MLP) so the whole file runs in a few seconds.
+Also the FedAvg form (local training unrolled).
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from gradcore import client
-from gradcore import attacks, gradients, models
-from gradcore.attacks import inverting
-from gradcore.attacks import AttackResult
+import gradcore
+from gradcore import attacks, client, data, experiments, gradients, models
+from gradcore.attacks import AttackResult, inverting
+
+
+import copy
+
 
 SHAPE = (3, 32, 32)
 
@@ -30,11 +34,6 @@ def private_batch(batch=1, classes=4, dtype=torch.float64, seed=0):
     images = torch.rand((batch, *SHAPE), generator=generator, dtype=dtype)
     labels = torch.randint(0, classes, (batch,), generator=generator)
     return images, labels
-
-
-# ----------------------------------------------------------------------------------
-# The two terms of the objective
-# ----------------------------------------------------------------------------------
 
 
 def test_total_variation_matches_a_direct_numpy_computation():
@@ -60,11 +59,6 @@ def test_cosine_distance_is_zero_scale_invariant_and_two_for_opposites():
     assert abs(distance - (1 - torch.nn.functional.cosine_similarity(flat_c, flat_t, dim=0).item())) < 1e-12
 
 
-# ----------------------------------------------------------------------------------
-# Batched restarts
-# ----------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
 def test_batched_objective_equals_separate_single_restarts(train):
     model = tiny_convnet(train=train)
@@ -88,11 +82,6 @@ def test_batched_objective_equals_separate_single_restarts(train):
     (reference,) = torch.autograd.grad(objective, x)
     assert abs(objective.item() - values[0].item()) < 1e-10
     assert (reference - directions[0]).abs().max().item() < 1e-10
-
-
-# ----------------------------------------------------------------------------------
-# The attack behind gradcore.attack
-# ----------------------------------------------------------------------------------
 
 
 def run(model, images, labels=None, **config):
@@ -185,3 +174,53 @@ def test_fewer_than_one_restart_is_refused(restarts):
     images, labels = private_batch(dtype=torch.float32)
     with pytest.raises(ValueError, match="restarts"):
         run(model, images, labels, iterations=1, restarts=restarts)
+
+
+def _case():
+    photos = data.load("photos", size=16, per_photo=2)
+    case = experiments.scenario(photos, "mlp", 1, seed=0, dtype=torch.float64, widths=(16,))
+    return case
+
+
+def test_unrolled_objective_is_zero_at_the_truth_and_batched_equals_single():
+    case = _case()
+    local = {"lr": 0.1, "epochs": 3}
+    update = case.update(**local)
+    single = inverting.batched_objective(case.model, update, case.labels, "cross_entropy", 0.0, 1, local)
+    batched = inverting.batched_objective(case.model, update, case.labels, "cross_entropy", 0.0, 2, local)
+    stack = torch.stack([case.inputs, torch.rand_like(case.inputs)])
+    direction_single, value_single = single(stack[:1])
+    direction_batched, value_batched = batched(stack)
+    assert abs(value_single.item()) < 1e-10  # one minus a cosine: round-off of the norms
+    assert abs(value_batched[0].item() - value_single.item()) < 1e-12
+    assert (direction_batched[0] - direction_single[0]).abs().max() < 1e-10
+    assert value_batched[1] > 1e-3
+
+
+def test_attack_on_update_returns_the_contract():
+    case = _case()
+    result = case.attack("inverting_gradients", local={"lr": 0.01, "epochs": 2}, iterations=12, record_every=4)
+    assert result.reconstruction.shape == case.inputs.shape
+    assert result.reconstruction.min() >= 0 and result.reconstruction.max() <= 1
+    assert result.history["iteration"] == [0, 4, 8, 12]
+    assert result.labels.tolist() == case.labels.tolist()
+
+
+def test_local_update_of_a_training_mode_batchnorm_model_leaves_its_statistics_alone(photos):
+    """A client in training mode: batch norm uses batch statistics and the server's running averages stay put."""
+    model = gradcore.models.build("convnet", (3, 16, 16), 8, seed=0, width=4).train()
+    before = {name: b.clone() for name, b in model.named_buffers()}
+    inputs, labels = photos.images[:2], torch.tensor([0, 1])
+    update = gradcore.gradients.local_update(model, inputs, labels, lr=0.1, epochs=1)
+    single = gradcore.gradients.batch_gradient(copy.deepcopy(model), inputs, labels)  # a copy may move its own statistics
+    assert all(torch.allclose(u, 0.1 * g, atol=1e-6) for u, g in zip(update, single))
+    assert all(torch.equal(before[name], b) for name, b in model.named_buffers())
+
+
+def test_a_defended_update_gives_context_aware_defenses_the_client():
+    """Soteria needs the client's model and data; a defended FedAvg update must pass them like a gradient does."""
+    case = _case()
+    result = case.attack("inverting_gradients", defense="soteria", defense_options={"prune": 0.5}, local={"lr": 0.01, "epochs": 1},
+                         iterations=2, record_every=1)
+    assert result.reconstruction.shape == case.inputs.shape
+

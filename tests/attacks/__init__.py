@@ -1,0 +1,1 @@
+"""Tests of gradcore.attacks, one file per module of the package."""
