@@ -12,7 +12,8 @@ The library behind the gradcore book. One module per concept:
 * :mod:`gradcore.evaluation`: every attack against every defense, scored;
 * :mod:`gradcore.attacks`: every attack behind one contract, one module per family (matching, inverting,
   analytic, exclusivity, regularised);
-* :mod:`gradcore.experiments`: scenarios (a client, its batch, the model) and the chapters' experiments;
+* :mod:`gradcore.scenarios`: a client's situation (its private batch, the model it received), ready to attack;
+* :mod:`gradcore.experiments`: the chapters' experiments (scenarios re-exported);
 * :mod:`gradcore.linear`: the exact numpy analysis of the linear unit;
 * :mod:`gradcore.walkback`: Proposition 3.1, the exact walk-back through fully-connected layers;
 * :mod:`gradcore.exclusivity`: neuron exclusivity (Pan et al., 2022): ExAN analysis, secure boundary, artifact batches,
@@ -67,8 +68,8 @@ def setup(seed: int = 0, threads: int | None = 2, deterministic: bool = True) ->
 
 
 from . import (attacks, blas, claims, client, data, defenses, evaluation, exclusivity, experiments,  # noqa: E402
-               federated, gradients, linear, metrics, minimal, models, papers, plots, privacy, registry, training,
-               validation, walkback)
+               federated, gradients, linear, metrics, minimal, models, papers, plots, privacy, registry, scenarios,
+               training, validation, walkback)
 from .attacks import ATTACKS, AttackResult, attack, infer_labels  # noqa: E402
 from .claims import Claims  # noqa: E402
 from .data import DATASETS  # noqa: E402
@@ -83,6 +84,6 @@ __all__ = [
     "ATTACKS", "AttackResult", "Claims", "DATASETS", "DEFENSES", "GradcoreError", "GradcoreTypeError", "GradcoreValueError",
     "METRICS", "MODELS", "attack", "attacks", "batch_gradient", "blas", "claims", "client", "data", "defend", "defenses",
     "evaluation", "exclusivity", "experiments", "federated", "gradients", "infer_labels", "linear", "metrics", "minimal",
-    "models", "papers", "per_sample_gradients", "plots", "privacy", "registry", "setup", "share", "shared_gradient", "training",
+    "models", "papers", "per_sample_gradients", "plots", "privacy", "registry", "scenarios", "setup", "share", "shared_gradient", "training",
     "validation", "walkback",
 ]

@@ -12,6 +12,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from .papers import smoke_run
 from .reproducibility import TABLE_MIME
 
 
@@ -102,8 +103,6 @@ class Claims:
     """
 
     def __init__(self, title: str):
-        from .papers import smoke_run
-
         # A smoke run's budgets are cut to nothing: its numbers say that the code ran, not what it shows.
         self.smoke = smoke_run()
         self.title = title + (" (smoke run: budgets cut, claims not asserted)" if self.smoke else "")

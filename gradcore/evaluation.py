@@ -1,7 +1,7 @@
 """Attack-versus-defense evaluation: every attack on every defended gradient, scored.
 
 :func:`matrix` is the one entry point: for each scenario (a client's private batch and
-model, :class:`gradcore.experiments.Scenario`), each defense produces the gradient the
+model, :class:`gradcore.scenarios.Scenario`), each defense produces the gradient the
 client shares, each applicable attack inverts it, and the reconstruction is scored
 against the private batch. It returns an :class:`Evaluation`, a flat list of :class:`Cell`
 records with a small query API, from which a chapter takes a table per metric and the
@@ -22,11 +22,12 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from . import data, experiments, federated, plots
+from . import data, federated, plots
 from . import gradients as grads
 from . import metrics as quality
 from .attacks import attack
 from .claims import Table
+from .scenarios import scenarios as draw_scenarios
 
 
 # ----------------------------------------------------------------------------------
@@ -526,7 +527,7 @@ def over_rounds(attacks: Mapping[str, Mapping], deployments: Mapping[str, Mappin
             if t not in snapshots[label]:
                 continue
             model = snapshots[label][t]
-            cases = experiments.scenarios(dataset, lambda _, m=model: copy.deepcopy(m), batch_size, images, seed)
+            cases = draw_scenarios(dataset, lambda _, m=model: copy.deepcopy(m), batch_size, images, seed)
             shared = {k: v for k, v in spec.items() if k != "defended_rounds"} if limit is None or t < limit else {"defense": None}
             part = matrix(attacks, {label: shared}, {f"round {t}": cases}, metrics, seed, progress=False, keep_refusals=True)
             _merge(result, part)

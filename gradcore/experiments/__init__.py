@@ -1,9 +1,10 @@
 """Ready-made federated scenarios and the chapters' experiments, so chapters stay a handful of calls.
 
-* :mod:`gradcore.experiments.common`: a :class:`Scenario` holds one client's private batch
-  and the global model; it produces what the client shares (optionally defended) and runs
-  any registered attack on it with the truth attached for scoring; plus the small
-  experiments several chapters share (label trials, steps to a PSNR, single-image runs);
+* :class:`Scenario`, :func:`scenario`, :func:`scenarios` (from :mod:`gradcore.scenarios`): one
+  client's private batch and the global model; it produces what the client shares
+  (optionally defended) and runs any registered attack on it with the truth attached;
+* :mod:`gradcore.experiments.common`: the small experiments several chapters share (label
+  trials, steps to a PSNR, single-image runs);
 * :mod:`gradcore.experiments.minimal`: the minimal-structure chapter's sweeps, tables,
   galleries and race;
 * :mod:`gradcore.experiments.exclusivity`: the neuron-exclusivity chapter's attack sweep;
@@ -11,9 +12,10 @@
   multipliers).
 """
 
+from ..scenarios import Scenario, scenario, scenarios
 from . import exclusivity, minimal, privacy
-from .common import (Scenario, attack_single_images, batch_slowdown, binomial_spread, final_table, first_below,
-                     keep_snapshots, label_accuracy, label_outcomes, mean_final, scenario, scenarios, steps_to_psnr)
+from .common import (attack_single_images, batch_slowdown, binomial_spread, final_table, first_below, keep_snapshots,
+                     label_accuracy, label_outcomes, mean_final, steps_to_psnr)
 
 __all__ = ["Scenario", "attack_single_images", "batch_slowdown", "binomial_spread", "exclusivity", "final_table",
            "first_below", "keep_snapshots", "label_accuracy", "label_outcomes", "mean_final", "minimal", "privacy", "scenario",

@@ -1,0 +1,101 @@
+"""The package's layering: no import cycle, no private name imported across modules, few lazy imports.
+
+Read from the source (``ast``), imports inside functions included: a cycle hidden in a
+function is still a cycle a reader has to untangle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "gradcore"
+
+#: Imports made inside a function on purpose, and why.
+LAZY = {("gradcore.cli", "gradcore.fixtures"): "the command line starts without torch; fixtures need it"}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def imports(name: str, path: Path, known: dict) -> list[tuple[str, str | None, bool]]:
+    """``(module imported, name taken from it or None, at module level?)`` for every sibling import."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text())
+    top = {id(node) for node in tree.body}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            for alias in node.names:
+                target = f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                out.append((target, None if target != base else alias.name, id(node) in top))
+        elif isinstance(node, ast.Import):
+            out.extend((alias.name, None, id(node) in top) for alias in node.names)
+    return [(target, taken, level) for target, taken, level in out if target in known and target != name]
+
+
+def graph() -> tuple[dict, list, list]:
+    known = modules()
+    edges, lazy, private = {}, [], []
+    for name, path in known.items():
+        for target, taken, top_level in imports(name, path, known):
+            if name == "gradcore" or target == "gradcore" or name.startswith(target + "."):
+                continue  # the package gathering its modules, or a module reading its own package
+            edges.setdefault(name, set()).add(target)
+            if not top_level:
+                lazy.append((name, target))
+            if taken and taken.startswith("_") and not taken.startswith("__"):
+                private.append((name, target, taken))
+    return edges, lazy, private
+
+
+def cycles(edges: dict) -> list[list[str]]:
+    state, stack, found = {}, [], []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for target in sorted(edges.get(node, ())):
+            if state.get(target) == "open":
+                found.append(stack[stack.index(target):] + [target])
+            elif target not in state:
+                visit(target)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle():
+    assert cycles(graph()[0]) == []
+
+
+def test_the_cycle_check_can_fail():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+
+
+def test_no_private_name_is_imported_across_modules():
+    assert graph()[2] == []
+
+
+def test_imports_inside_functions_are_the_listed_ones():
+    assert sorted(set(graph()[1])) == sorted(LAZY)
+
+
+def test_the_graph_sees_the_layers():
+    edges = graph()[0]
+    assert "gradcore.gradients" in edges["gradcore.client"] and "gradcore.defenses" in edges["gradcore.client"]
+    assert "gradcore.evaluation" in edges["gradcore.experiments.privacy"]
+    assert "gradcore.experiments" not in edges["gradcore.evaluation"]
