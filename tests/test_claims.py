@@ -1,4 +1,4 @@
-"""gradcore.claims (paper-vs-reproduced tables) and gradcore.papers (settings as data)."""
+"""gradcore.claims: paper-vs-reproduced tables, their verdicts and margins."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gradcore import claims, papers
+from gradcore import claims
 from gradcore.claims import Claims
 
 
@@ -99,59 +99,6 @@ def test_results_table():
     assert lines[0] == "Results" and lines[1].split() == ["batch", "psnr"]
     assert lines[3].split() == ["1", "41.23"] and lines[4].split() == ["4", "12.0"]
     assert table._repr_html_().count("<tr>") == 3
-
-
-# ----------------------------------------------------------------------------------
-# papers
-# ----------------------------------------------------------------------------------
-
-
-def test_every_paper_has_every_profile():
-    assert "dlg" in papers.PAPERS and papers.PAPERS["dlg"] is papers.DLG
-    for name in papers.PAPERS.names():
-        paper = papers.PAPERS[name]
-        assert paper.key == name and paper.citation
-        assert set(paper.profiles) == set(papers.PROFILES)
-        for profile in papers.PROFILES:
-            settings = paper.settings(profile)
-            for key, value in paper.profiles[profile].items():
-                assert getattr(settings, key) == value  # the profile wins over the common settings
-            for key in paper.common:
-                assert hasattr(settings, key)
-
-
-def test_unknown_profile_raises():
-    with pytest.raises(ValueError, match="unknown profile 'fast' for dlg; known: ci, paper"):
-        papers.DLG.settings("fast")
-
-
-def test_papers_are_immutable():
-    with pytest.raises(AttributeError):
-        papers.DLG.key = "other"  # frozen dataclass
-    settings = papers.DLG.settings("ci")
-    with pytest.raises(AttributeError, match="read-only"):
-        settings.lenet_images = 8
-
-
-def test_a_mistyped_setting_names_its_neighbours():
-    with pytest.raises(AttributeError, match="inverting_gradients \\[ci\\] has no setting 'cosine_iteration'; did you mean "
-                                             "cosine_iterations"):
-        papers.IG.settings("ci").cosine_iteration
-
-
-def test_a_profile_missing_a_key_fails_when_the_paper_is_defined():
-    with pytest.raises(ValueError, match="profile 'paper' lacks images"):
-        papers.Paper("toy", "cite", {}, {"ci": {"images": 1}, "paper": {}})
-    with pytest.raises(ValueError, match="images set both in common and per profile"):
-        papers.Paper("toy", "cite", {"images": 2}, {"ci": {"images": 1}, "paper": {"images": 3}})
-
-
-@pytest.mark.parametrize("profile", papers.PROFILES)
-def test_local_step_labels_are_consistent(profile):
-    """The IG chapter looks local-steps runs up by role and by their paper equivalent."""
-    settings = papers.IG.settings(profile)
-    assert set(settings.local_roles.values()) <= set(settings.local_settings)
-    assert set(settings.local_settings) <= set(settings.paper_equivalent)
 
 
 def test_diverged_magnitudes_print_as_diverged():

@@ -1,0 +1,106 @@
+"""gradcore.papers: every paper's settings as data, checked when a paper is defined and against its chapter.
+
+Outside reference: the chapters themselves (book/*.md), read as text: every setting a chapter
+reads must exist, and every setting a paper defines must be read somewhere.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from gradcore import papers
+
+BOOK = Path(__file__).resolve().parents[1] / "book"
+
+
+def test_every_paper_has_every_profile():
+    assert "dlg" in papers.PAPERS and papers.PAPERS["dlg"] is papers.DLG
+    for name in papers.PAPERS.names():
+        paper = papers.PAPERS[name]
+        assert paper.key == name and paper.citation
+        assert set(paper.profiles) == set(papers.PROFILES)
+        for profile in papers.PROFILES:
+            settings = paper.settings(profile)
+            for key, value in paper.profiles[profile].items():
+                assert getattr(settings, key) == value  # the profile wins over the common settings
+            for key in paper.common:
+                assert hasattr(settings, key)
+
+
+
+def test_unknown_profile_raises():
+    with pytest.raises(ValueError, match="unknown profile 'fast' for dlg; known: ci, paper"):
+        papers.DLG.settings("fast")
+
+
+
+def test_papers_are_immutable():
+    with pytest.raises(AttributeError):
+        papers.DLG.key = "other"  # frozen dataclass
+    settings = papers.DLG.settings("ci")
+    with pytest.raises(AttributeError, match="read-only"):
+        settings.lenet_images = 8
+
+
+
+def test_a_mistyped_setting_names_its_neighbours():
+    with pytest.raises(AttributeError, match="inverting_gradients \\[ci\\] has no setting 'cosine_iteration'; did you mean "
+                                             "cosine_iterations"):
+        papers.IG.settings("ci").cosine_iteration
+
+
+
+def test_a_profile_missing_a_key_fails_when_the_paper_is_defined():
+    with pytest.raises(ValueError, match="profile 'paper' lacks images"):
+        papers.Paper("toy", "cite", {}, {"ci": {"images": 1}, "paper": {}})
+    with pytest.raises(ValueError, match="images set both in common and per profile"):
+        papers.Paper("toy", "cite", {"images": 2}, {"ci": {"images": 1}, "paper": {"images": 3}})
+
+
+
+@pytest.mark.parametrize("profile", papers.PROFILES)
+def test_local_step_labels_are_consistent(profile):
+    """The IG chapter looks local-steps runs up by role and by their paper equivalent."""
+    settings = papers.IG.settings(profile)
+    assert set(settings.local_roles.values()) <= set(settings.local_settings)
+    assert set(settings.local_settings) <= set(settings.paper_equivalent)
+
+
+
+def chapter_settings() -> dict:
+    """``{chapter: (paper, names the chapter reads as settings.NAME)}`` for every chapter with settings."""
+    found = {}
+    for path in sorted(BOOK.glob("*.md")):
+        text = path.read_text()
+        used = set(re.findall(r"papers\.([A-Z_]+)\.settings\(", text))
+        if used:
+            assert len(used) == 1, f"{path.name} reads the settings of several papers: {used}"
+            found[path.name] = (getattr(papers, used.pop()), set(re.findall(r"\bsettings\.([a-z_0-9]+)", text)))
+    return found
+
+
+def keys(paper: papers.Paper) -> set:
+    return set(paper.common).union(*map(set, paper.profiles.values()))
+
+
+def test_every_setting_a_chapter_reads_is_defined():
+    for chapter, (paper, read) in chapter_settings().items():
+        assert read - keys(paper) == set(), f"{chapter} reads settings {paper.key} does not define"
+
+
+def test_every_defined_setting_is_read():
+    """A setting no chapter reads is a typo or a leftover; a shared one is read through another paper."""
+    read = {paper.key: names for paper, names in chapter_settings().values()}
+    source = Path(papers.__file__).read_text()
+    for name in papers.PAPERS.names():
+        paper = papers.PAPERS[name]
+        unread = {key for key in keys(paper) - read.get(name, set())
+                  if not re.search(rf'\.common\["{key}"\]', source)}
+        assert unread == set(), f"{name} defines settings no chapter reads: {sorted(unread)}"
+
+
+def test_the_chapter_scan_sees_every_chapter_with_settings():
+    assert len(chapter_settings()) == 6
