@@ -22,6 +22,7 @@ Registered here:
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 import statistics
@@ -207,6 +208,34 @@ def clip(gradient: Gradient, generator: torch.Generator, bound: float) -> Gradie
 def clip_then_noise(gradient: Gradient, generator: torch.Generator, bound: float, sigma: float) -> Gradient:
     """Clip to norm ``bound``, then add N(0, sigma^2): the order DP-SGD uses."""
     return gaussian_noise(clip(gradient, generator, bound), generator, sigma)
+
+
+# ----------------------------------------------------------------------------------
+# Exclusivity reduction: a defense that changes the model, not the gradient
+# ----------------------------------------------------------------------------------
+
+
+def exclusivity_reduction(model: nn.Sequential) -> nn.Sequential:
+    """A copy of an MLP without the ReLU after its first hidden layer (Pan et al., USENIX Security 2022, Sec. 6).
+
+    With no activation there, no sample has an exclusively activated neuron in the first
+    hidden layer, so a batch larger than that layer's width is in the secure state
+    (Theorem 2). The weights are the model's (copied); the client then shares the plain
+    gradient of the reduced model. Needs ``[Flatten...] Linear ReLU Linear ...`` with at
+    least two hidden layers (without the second, removing the ReLU leaves a linear model).
+    """
+    if not isinstance(model, nn.Sequential):
+        raise check.GradcoreValueError(f"exclusivity reduction needs an nn.Sequential MLP, got a {type(model).__name__}")
+    modules = list(model)
+    first = next((i for i, m in enumerate(modules) if not isinstance(m, nn.Flatten)), len(modules))
+    linears = sum(isinstance(m, nn.Linear) for m in modules)
+    if (first + 1 >= len(modules) or not isinstance(modules[first], nn.Linear)
+            or not isinstance(modules[first + 1], nn.ReLU)):
+        raise check.GradcoreValueError("exclusivity reduction needs an MLP whose first Linear is followed by a ReLU")
+    if linears < 3:
+        raise check.GradcoreValueError("exclusivity reduction needs two hidden layers: without the second, removing the "
+                                       "first ReLU leaves a linear model")
+    return nn.Sequential(*[copy.deepcopy(m) for i, m in enumerate(modules) if i != first + 1])
 
 
 # ----------------------------------------------------------------------------------

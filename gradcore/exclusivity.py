@@ -59,7 +59,6 @@ is the output of linear layer ``i - 1``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -813,63 +812,6 @@ def artifact_rows(dataset: datasets.Dataset, index: np.ndarray, artifact: Artifa
     truth = dataset.images[index]
     images = torch.as_tensor(artifact.inputs, dtype=torch.float32).reshape(truth.shape)
     return truth, [("artifact", images), ("|difference|", (images - truth).abs())]
-
-
-def reduced_mlp(shape: Sequence[int], num_classes: int, widths: Sequence[int], seed: int = 0, reduce: bool = True) -> nn.Sequential:
-    """An MLP ``[Flatten] Linear (ReLU Linear)*``; with ``reduce``, the ReLU after the first hidden layer is removed.
-
-    Both versions draw the same initial weights from ``seed``, so a comparison of their
-    training differs only by that one ReLU.
-    """
-    if len(widths) < 2 and reduce:
-        raise check.GradcoreValueError("exclusivity reduction needs two hidden layers: without the second, removing the first ReLU "
-                                       "leaves a linear model")
-    torch.manual_seed(seed)
-    layers: list[nn.Module] = [nn.Flatten()]
-    features = math.prod(shape)
-    for number, width in enumerate(widths):
-        layers.append(nn.Linear(features, width))
-        if not (reduce and number == 0):
-            layers.append(nn.ReLU())
-        features = width
-    layers.append(nn.Linear(features, num_classes))
-    return nn.Sequential(*layers)
-
-
-def _hold_out(dataset: datasets.Dataset, holdout: int, seed: int = 0) -> tuple[datasets.Dataset, datasets.Dataset]:
-    """A seeded train / held-out split of a dataset (the last ``holdout`` samples of a permutation are held out)."""
-    order = torch.as_tensor(np.random.default_rng(seed).permutation(len(dataset)))
-    parts = order[:-holdout], order[-holdout:]
-    return tuple(datasets.Dataset(dataset.images[part], dataset.labels[part], dataset.classes, dataset.name) for part in parts)
-
-
-def reduction_accuracy(dataset: datasets.Dataset, widths: Sequence[int], epochs: int, lr: float, holdout: int,
-                       seed: int = 0) -> dict:
-    """Held-out accuracy of the MLP with and without its first ReLU, same initial weights and training (Sec. 6).
-
-    Returns ``{"with first ReLU": (model, accuracy), "reduced": (model, accuracy)}``.
-    """
-    train_set, test_set = _hold_out(dataset, holdout, seed)
-    results = {}
-    for name, reduce in (("with first ReLU", False), ("reduced", True)):
-        model = reduced_mlp(dataset.shape, dataset.num_classes, widths, seed=seed, reduce=reduce)
-        training.train(model, train_set, epochs=epochs, lr=lr, seed=seed, progress=False)
-        results[name] = (model, training.accuracy(model, test_set))
-    return results
-
-
-def reduced_to_numpy(model: nn.Sequential) -> DenseNetwork:
-    """A float64 copy of a (possibly reduced) MLP (:func:`gradcore.dense.from_torch`); pair it with
-    ``first_relu=False`` when reduced."""
-    return dense.from_torch(model)
-
-
-def hybrid_cnn(shape: Sequence[int], num_classes: int, channels: int, width: int, seed: int = 0) -> nn.Sequential:
-    """A CNN as the hybrid attack sees it: two 3x3 conv + ReLU layers (the trunk), then a one-hidden-layer FCN head."""
-    torch.manual_seed(seed)
-    features = channels * math.prod(shape[1:])
-    return nn.Sequential(nn.Conv2d(shape[0], channels, 3, padding=1), nn.ReLU(), nn.Conv2d(channels, channels, 3, padding=1),
-                         nn.ReLU(), nn.Flatten(), nn.Linear(features, width), nn.ReLU(), nn.Linear(width, num_classes))
 
 
 def split_head(model: nn.Sequential) -> int:

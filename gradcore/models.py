@@ -208,6 +208,34 @@ def resnet(shape: Sequence[int], num_classes: int, depth: int = 18, width: int =
     return nn.Sequential(*layers)
 
 
+def fcn(shape: Sequence[int], num_classes: int, widths: Sequence[int], seed: int = 0) -> nn.Sequential:
+    """The ReLU FCN of Pan et al. (USENIX Security 2022, Sec. 5): ``[Flatten] Linear (ReLU Linear)*``.
+
+    Seeds the global generator with ``seed`` and builds the layers from it, as the
+    neuron-exclusivity and what-protects chapters were executed with (unlike :func:`build`,
+    which puts the generator back afterwards); the weights do not depend on the activations,
+    so :func:`gradcore.defenses.exclusivity_reduction` of it has the same initial weights.
+    """
+    check.input_shape("shape", shape)
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = [nn.Flatten()]
+    features = math.prod(shape)
+    for width in widths:
+        layers += [nn.Linear(features, width), nn.ReLU()]
+        features = width
+    layers.append(nn.Linear(features, num_classes))
+    return nn.Sequential(*layers)
+
+
+def hybrid_cnn(shape: Sequence[int], num_classes: int, channels: int, width: int, seed: int = 0) -> nn.Sequential:
+    """A CNN as the hybrid exclusivity attack sees it (Pan et al., Sec. 5, Fig. 4): two 3x3 conv + ReLU
+    layers (the trunk), then a one-hidden-layer ReLU FCN head. Seeds the global generator, as :func:`fcn`."""
+    torch.manual_seed(seed)
+    features = channels * math.prod(shape[1:])
+    return nn.Sequential(nn.Conv2d(shape[0], channels, 3, padding=1), nn.ReLU(), nn.Conv2d(channels, channels, 3, padding=1),
+                         nn.ReLU(), nn.Flatten(), nn.Linear(features, width), nn.ReLU(), nn.Linear(width, num_classes))
+
+
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

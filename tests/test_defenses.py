@@ -436,3 +436,36 @@ def test_overheads_interleaved_gives_one_positive_ratio_per_defense():
     assert set(ratios) == set(specs) and all(r > 0 for r in ratios.values())
     with pytest.raises(ValueError, match="repeats"):
         defenses.overheads(model, inputs, labels, specs, repeats=0)
+
+
+# ----------------------------------------------------------------------------------
+# Exclusivity reduction (a defense that changes the model)
+# ----------------------------------------------------------------------------------
+
+
+def test_exclusivity_reduction_removes_only_the_first_relu_and_keeps_the_weights():
+    from gradcore import models
+
+    model = models.fcn((1, 4, 4), 3, (6, 5, 4), seed=2)
+    reduced = defenses.exclusivity_reduction(model)
+    kinds = [type(m).__name__ for m in reduced]
+    assert kinds == ["Flatten", "Linear", "Linear", "ReLU", "Linear", "ReLU", "Linear"]
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), reduced.parameters()))
+    inputs = torch.rand(2, 1, 4, 4)
+    first = model[1](model[0](inputs))
+    assert torch.allclose(reduced(inputs), model[3:](first))  # the first Linear feeds the second directly
+    with torch.no_grad():
+        next(reduced.parameters()).add_(1.0)  # a copy: the client's model is left as it was
+    assert not torch.equal(next(model.parameters()), next(reduced.parameters()))
+
+
+@pytest.mark.parametrize("model, fragment", [
+    (torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2)),
+     "two hidden layers"),
+    (torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Sigmoid(), torch.nn.Linear(3, 3), torch.nn.ReLU(),
+                         torch.nn.Linear(3, 2)), "followed by a ReLU"),
+    (torch.nn.Linear(4, 2), "nn.Sequential"),
+])
+def test_exclusivity_reduction_refuses_what_it_cannot_reduce(model, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        defenses.exclusivity_reduction(model)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import gradcore
-from gradcore import dense, exclusivity, models
+from gradcore import defenses, dense, models
 from gradcore import gradients as grads
 from gradcore import walkback as wb
 
@@ -68,7 +68,7 @@ def test_dense_gradients_match_torch_autograd_with_tanh():
 
 
 def test_a_reduced_network_matches_torch_without_the_first_relu():
-    model = exclusivity.reduced_mlp((1, 8, 8), 10, (16, 12), seed=0).double()
+    model = defenses.exclusivity_reduction(models.fcn((1, 8, 8), 10, (16, 12), seed=0)).double()
     network = dense.from_torch(model)
     assert network.activation == "relu" and not network.first_activation
     images = torch.rand((3, 1, 8, 8), dtype=torch.float64, generator=torch.Generator().manual_seed(1))

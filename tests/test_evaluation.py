@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from gradcore import attacks, data, evaluation, experiments, metrics
+from gradcore import attacks, data, defenses, evaluation, experiments, metrics, models
 from gradcore.attacks import inverting
 
 
@@ -92,10 +92,11 @@ def test_gradient_effects_and_layer_helpers(digits):
 
 
 def _reduced_cases(digits, batch_size, reduce, seeds=(0,)):
-    from gradcore import exclusivity
+    def build(seed):
+        model = models.fcn(digits.shape, 10, (32, 16), seed=seed)
+        return defenses.exclusivity_reduction(model) if reduce else model
 
-    return [experiments.scenario(digits, exclusivity.reduced_mlp(digits.shape, 10, (32, 16), seed=s, reduce=reduce), batch_size,
-                                 seed=s, dtype=torch.float64) for s in seeds]
+    return [experiments.scenario(digits, build(s), batch_size, seed=s, dtype=torch.float64) for s in seeds]
 
 
 def test_with_architecture_adds_a_column_blocked_attacks_score_gray(digits):

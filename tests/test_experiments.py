@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from gradcore import data, experiments, exclusivity
+from gradcore import data, experiments, models
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def test_scenarios_match_single_scenarios_seed_by_seed(digits):
 
 def test_scenarios_build_a_fresh_model_per_case_from_a_function(digits):
     def build(seed):
-        return exclusivity.reduced_mlp(digits.shape, digits.num_classes, (16, 8), seed=seed, reduce=False)
+        return models.fcn(digits.shape, digits.num_classes, (16, 8), seed=seed)
 
     cases = experiments.scenarios(digits, build, 1, count=2, seed=0)
     assert cases[0].model is not cases[1].model

@@ -145,3 +145,14 @@ def test_bad_options_name_the_option():
         models.build("lenet", (3, 16, 16), 10, widths=(8,))
     with pytest.raises(TypeError, match=r"seed must be a whole number"):
         models.build("mlp", (1, 8, 8), 10, seed="0")
+
+
+def test_fcn_and_hybrid_cnn_seed_the_global_generator_and_repeat():
+    first = models.fcn((1, 8, 8), 10, (16, 8), seed=4)
+    state = torch.random.get_rng_state()
+    again = models.fcn((1, 8, 8), 10, (16, 8), seed=4)
+    assert torch.equal(state, torch.random.get_rng_state())  # left where building from seed 4 leaves it
+    assert all(torch.equal(a, b) for a, b in zip(first.parameters(), again.parameters()))
+    assert [type(m).__name__ for m in first] == ["Flatten", "Linear", "ReLU", "Linear", "ReLU", "Linear"]
+    cnn = models.hybrid_cnn((3, 8, 8), 5, channels=4, width=12, seed=1)
+    assert cnn(torch.rand(2, 3, 8, 8)).shape == (2, 5)

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import attacks, data, models
+from .. import attacks, data, defenses, models, training
 from .. import gradients as grads
 from .. import validation as check
 
@@ -65,3 +65,22 @@ def learning_attack_sweep(dataset: data.Dataset, widths: Sequence[int], batch_si
                 values.append(float(result.score(inputs, "psnr").mean()))
             psnr[width][size] = values
     return LearningSweep(psnr, threshold)
+
+
+def reduction_accuracy(dataset: data.Dataset, widths: Sequence[int], epochs: int, lr: float, holdout: int,
+                       seed: int = 0) -> dict:
+    """Held-out accuracy of the FCN with and without its first ReLU, same initial weights and training (Sec. 6).
+
+    The last ``holdout`` samples of a seeded permutation are held out (:func:`gradcore.data.split`).
+    Returns ``{"with first ReLU": (model, accuracy), "reduced": (model, accuracy)}``.
+    """
+    train_set, test_set = data.split(dataset, holdout / len(dataset), seed)
+    if len(test_set) != holdout:
+        raise ValueError(f"holding out {holdout} of {len(dataset)} samples left {len(test_set)}")
+    results = {}
+    for name, reduce in (("with first ReLU", False), ("reduced", True)):
+        model = models.fcn(dataset.shape, dataset.num_classes, widths, seed=seed)
+        model = defenses.exclusivity_reduction(model) if reduce else model
+        training.train(model, train_set, epochs=epochs, lr=lr, seed=seed, progress=False)
+        results[name] = (model, training.accuracy(model, test_set))
+    return results

@@ -32,11 +32,11 @@ def test_registered_attack_on_a_torch_mlp():
 
 
 def test_reduced_network_refused_and_gradient_matches_autograd():
-    model = ex.reduced_mlp((1, 4, 4), 5, (6, 32), seed=0).double()
+    model = gradcore.defenses.exclusivity_reduction(gradcore.models.fcn((1, 4, 4), 5, (6, 32), seed=0)).double()
     assert sum(isinstance(module, nn.ReLU) for module in model) == 1
     inputs, labels = torch.rand(3, 1, 4, 4, dtype=torch.float64), torch.tensor([1, 2, 0])
     gradient = gradcore.batch_gradient(model, inputs, labels)
-    ours = ex.batch_gradients(ex.reduced_to_numpy(model), inputs.reshape(3, -1).numpy(), labels.numpy(), first_relu=False)
+    ours = ex.batch_gradients(dense.from_torch(model), inputs.reshape(3, -1).numpy(), labels.numpy(), first_relu=False)
     flat = np.concatenate([np.ravel(part) for pair in ours for part in pair])
     np.testing.assert_allclose(flat, torch.cat([g.flatten() for g in gradient]).numpy(), atol=1e-13)
     with pytest.raises(ex.NotInsecureError, match="no ReLU \\(exclusivity reduction\\)"):
