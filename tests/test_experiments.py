@@ -1,5 +1,6 @@
-"""Scenario builders: seeded, independent cases for the chapters."""
+"""gradcore.scenarios and gradcore.experiments: seeded, independent cases, and the chapters' experiments."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -96,3 +97,26 @@ def test_batch_slowdown_counts_the_batch_and_each_sample_alone(digits):
     batch_steps, alone, result = experiments.batch_slowdown(case, 30.0, 60, 60, optimiser="gd", init="rand", lr=0.01)
     assert len(alone) == 1 and alone[0] == batch_steps  # a batch of one is its own sample alone
     assert batch_steps is not None and 0 < batch_steps <= 60 and len(result.snapshots) == 61
+
+
+def test_perturbation_sweep_averages_batches_and_figure5_artifact_keeps_the_gradient():
+    digits = data.load("digits")
+    rows = experiments.exclusivity.perturbation_sweep(digits, (2, 10), 64, 12, 0, seed=0, batches=2)
+    assert [row.width for row in rows] == [2, 10]
+    assert all(0 <= row.moved_share <= 1 and row.gradient_difference < 1e-10 for row in rows)
+    assert rows[0].moved_share > rows[1].moved_share  # 10 free sample directions against 2
+    with pytest.raises(ValueError):
+        experiments.exclusivity.perturbation_sweep(digits, (2,), 64, 12, 0, batches=0)
+    index, artifact = experiments.exclusivity.figure5_artifact(digits, (7, 64), 8, np.random.default_rng(0), seed=0)
+    assert len(index) == 8 and artifact.gradient_difference < 1e-10
+    truth, rows = experiments.exclusivity.artifact_rows(digits, index, artifact)
+    assert truth.shape == rows[0][1].shape == (8, 1, 8, 8) and [label for label, _ in rows] == ["artifact", "|difference|"]
+
+
+
+def test_survey_widths_surveys_each_width_before_and_after_training(digits):
+    points, accuracy = experiments.exclusivity.survey_widths(digits, (8, 16), (2, 3), trials=2, seed=0)
+    assert set(points) == set(accuracy) == {8, 16}
+    assert [point.batch_size for point in points[8]] == [2, 3]
+    _, trained = experiments.exclusivity.survey_widths(digits, (8,), (2,), trials=1, seed=0, epochs=2, lr=1e-2)
+    assert trained[8] > accuracy[8]  # training on the surveyed set raises its accuracy

@@ -1,7 +1,10 @@
-"""The neuron-exclusivity chapter's experiments that run attacks (Pan et al., USENIX Security 2022).
+"""The neuron-exclusivity chapter's experiments (Pan et al., USENIX Security 2022).
 
-The analysis itself (exclusive neurons, surveys, artifact batches, reduction) is
-:mod:`gradcore.exclusivity`; the attacks are :mod:`gradcore.attacks.exclusivity`.
+Surveys over widths and training, the Fig. 5 sweeps, the reduction's accuracy and the
+attack sweeps: networks built, trained and measured. The exact analysis they measure with
+(exclusive neurons, the secure boundary, artifact batches) is :mod:`gradcore.exclusivity`;
+the attacks are :mod:`gradcore.attacks.exclusivity`; the reduction is
+:func:`gradcore.defenses.exclusivity_reduction`.
 """
 
 from __future__ import annotations
@@ -10,10 +13,13 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+import torch
 
-from .. import attacks, data, defenses, models, training
+from .. import attacks, data, defenses, dense, models, training
 from .. import gradients as grads
 from .. import validation as check
+from ..blas import single_thread
+from ..exclusivity import Artifact, artifact_batch, find_batch, moved_share, survey
 
 
 @dataclass
@@ -84,3 +90,97 @@ def reduction_accuracy(dataset: data.Dataset, widths: Sequence[int], epochs: int
         training.train(model, train_set, epochs=epochs, lr=lr, seed=seed, progress=False)
         results[name] = (model, training.accuracy(model, test_set))
     return results
+
+
+def survey_widths(dataset: data.Dataset, widths: Sequence[int], batch_sizes: Sequence[int], trials: int, seed: int = 0,
+                  epochs: int = 0, lr: float = 1e-3) -> tuple[dict, dict]:
+    """:func:`survey` of ``models.build("mlp", widths=(w, w))`` for each ``w``, at initialisation or after ``epochs`` of training.
+
+    Returns
+    -------
+    points : dict
+        ``width -> list of SurveyPoint``, one per batch size.
+    accuracies : dict
+        ``width -> training-set accuracy`` of the surveyed network.
+    """
+    images = dataset.images.reshape(len(dataset), -1).double().numpy()
+    labels = dataset.labels.numpy()
+    points, accuracies = {}, {}
+    for width in widths:
+        model = models.build("mlp", dataset.shape, dataset.num_classes, seed=seed, widths=(width, width))
+        if epochs:
+            training.train(model, dataset, epochs=epochs, lr=lr, seed=seed, progress=False)
+        accuracies[width] = training.accuracy(model, dataset)
+        with single_thread():
+            points[width] = survey(dense.from_torch(model), images, labels, batch_sizes, trials, np.random.default_rng(seed))
+    return points, accuracies
+
+
+
+@dataclass
+class PerturbationRow:
+    """One first-layer width of :func:`perturbation_sweep`."""
+
+    width: int
+    dimension: int  # of the perturbation subspace used (first batch)
+    largest_change: float  # lower bound of the largest one-pixel change (Fig. 5, left)
+    mean_change: float  # mean |change| per pixel of the "invert" artifact batches
+    gradient_difference: float  # max |G(artifact) - G(truth)| over the programmes solved
+    moved_share: float = 0.0  # share of pixels the "invert" artifacts move by at least ``moved`` of the range
+
+
+
+def perturbation_sweep(dataset: data.Dataset, widths: Sequence[int], second_width: int, batch_size: int, pixels: int,
+                       seed: int = 0, batches: int = 1, moved: float = 0.25) -> list[PerturbationRow]:
+    """Fig. 5 (left): artifact batches on ``(d0-w-second_width-K)`` FCNs for each first width ``w``.
+
+    For each width, a fresh ``models.build("mlp")`` network and ``batches`` batches without
+    exclusivity (drawn until :func:`analyse` calls them secure), the ``invert`` programme of
+    :func:`artifact_batch` on each, and ``pixels`` one-pixel programmes on the first. The
+    largest one-pixel change saturates at the whole range on images with pixels at 0 and 1;
+    the mean change and the share of pixels moved by ``moved`` of the range, averaged over the
+    batches, show how the room shrinks as the first layer widens.
+    """
+    check.positive_int("batches", batches)
+    images = dataset.images.reshape(len(dataset), -1).double().numpy()
+    labels = dataset.labels.numpy()
+    rng = np.random.default_rng(seed)
+    rows = []
+    with single_thread():
+        for width in widths:
+            network = dense.from_torch(models.build("mlp", dataset.shape, dataset.num_classes, seed=seed, widths=(width, second_width)))
+            indices = [find_batch(network, images, batch_size, "secure", rng) for _ in range(batches)]
+            inverted = [artifact_batch(network, images[index], labels[index], "invert") for index in indices]
+            largest = max(artifact.largest_change for artifact in inverted)
+            difference = max(artifact.gradient_difference for artifact in inverted)
+            for _ in range(pixels):
+                target = (int(rng.integers(batch_size)), int(rng.integers(images.shape[1])))
+                single = artifact_batch(network, images[indices[0]], labels[indices[0]], target)
+                largest, difference = max(largest, single.largest_change), max(difference, single.gradient_difference)
+            mean_change = float(np.mean([np.abs(a.inputs - images[i]).mean() for a, i in zip(inverted, indices)]))
+            share = float(np.mean([moved_share(a.inputs, images[i], moved) for a, i in zip(inverted, indices)]))
+            rows.append(PerturbationRow(width, inverted[0].dimension, largest, mean_change, difference, share))
+    return rows
+
+
+
+def figure5_artifact(dataset: data.Dataset, widths: Sequence[int], batch_size: int, rng: np.random.Generator,
+                     seed: int = 0) -> tuple[np.ndarray, Artifact]:
+    """Fig. 5 (right): a secure batch on a seeded ``(d0-widths-K)`` FCN and its ``invert`` artifact batch.
+
+    Returns the batch's indices into ``dataset`` and the :class:`Artifact`.
+    """
+    images = dataset.images.reshape(len(dataset), -1).double().numpy()
+    network = dense.from_torch(models.build("mlp", dataset.shape, dataset.num_classes, seed=seed, widths=tuple(widths)))
+    with single_thread():
+        index = find_batch(network, images, batch_size, "secure", rng)
+        return index, artifact_batch(network, images[index], dataset.labels[index].numpy())
+
+
+
+def artifact_rows(dataset: data.Dataset, index: np.ndarray, artifact: Artifact) -> tuple[torch.Tensor, list]:
+    """The true images and ``[("artifact", ...), ("|difference|", ...)]``, for :func:`gradcore.plots.reconstruction_grid`."""
+    truth = dataset.images[index]
+    images = torch.as_tensor(artifact.inputs, dtype=torch.float32).reshape(truth.shape)
+    return truth, [("artifact", images), ("|difference|", (images - truth).abs())]
+
