@@ -58,12 +58,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import models
 from . import gradients as grads
 from . import validation as check
 from .blas import single_thread
 from .dense import ACTIVATION_FUNCTIONS
-from .claims import Table
 
 # ----------------------------------------------------------------------------------
 # Sec. 2.2: one instance from the first hidden layer's gradients
@@ -341,27 +339,6 @@ def svd_solve(system: np.ndarray, target: np.ndarray | None = None):
     return rank, (vt[keep].T @ coefficients).numpy(), float(singular[0])
 
 
-def solvability_table(configurations: Sequence[dict], seed: int = 0, largest_rank: int = 1024):
-    """One row per layer configuration: the counting verdict and the rank of a random such layer.
-
-    Each configuration holds the keyword arguments of :func:`conv_counting`. The rank
-    column checks the count against linear algebra: a full-rank convolution matrix is what
-    least-squares deconvolution actually needs (computed up to ``largest_rank`` unknowns).
-    """
-    rng, rows = np.random.default_rng(seed), []
-    for configuration in configurations:
-        shape = (configuration["kernels"], configuration["channels"], configuration["kernel_size"], configuration["kernel_size"])
-        weight = rng.normal(size=shape)
-        unknowns = configuration["channels"] * configuration["width"] ** 2
-        count = conv_counting(**configuration, **({"weight": weight} if unknowns <= largest_rank else {"largest_rank": largest_rank}))
-        if count.rank is not None:
-            rows.append(count.row() + [f"{count.rank}/{unknowns}"])
-        else:  # an SVD that size takes longer than the point is worth
-            rows.append(count.row() + ["not computed"])
-    header = ["input", "k", "s", "p", "d'", "h", "h needed", "dense units", "B", "equations", "unknowns", "solvable", "rank (B=1)"]
-    return Table("Solvability of one convolutional layer by counting", header, rows)
-
-
 # ----------------------------------------------------------------------------------
 # The two-step CNN attack: demixing, then deconvolution
 # ----------------------------------------------------------------------------------
@@ -472,22 +449,6 @@ def two_step(model: nn.Module, gradient: Sequence[torch.Tensor], shape: Sequence
     demixed = first_layer_inversion(weight_gradient, bias_gradient)
     deconvolution = deconvolve(layer, demixed.input, activation, width, method, iterations)
     return TwoStep(deconvolution.input.reshape(shape), demixed.input, deconvolution, demixed)
-
-
-def conv_mlp(shape: Sequence[int], num_classes: int, kernels: int = 4, kernel_size: int = 3, stride: int = 1, padding: int = 1,
-             hidden: int | None = 32, activation: str = "sigmoid") -> nn.Sequential:
-    """One convolution, then (``hidden`` units of) a dense layer, then the output: Qian et al.'s CNN.
-
-    ``hidden=None`` feeds the convolution straight into the output layer.
-    """
-    channels, width = shape[0], shape[-1]
-    out = conv_output_width(width, kernel_size, padding, stride)
-    layers = [nn.Conv2d(channels, kernels, kernel_size, stride, padding), models.ACTIVATIONS[activation](), nn.Flatten()]
-    features = kernels * out * out
-    if hidden is not None:
-        layers += [nn.Linear(features, hidden), models.ACTIVATIONS[activation]()]
-        features = hidden
-    return nn.Sequential(*layers, nn.Linear(features, num_classes))
 
 
 # ----------------------------------------------------------------------------------

@@ -236,6 +236,23 @@ def hybrid_cnn(shape: Sequence[int], num_classes: int, channels: int, width: int
                          nn.ReLU(), nn.Flatten(), nn.Linear(features, width), nn.ReLU(), nn.Linear(width, num_classes))
 
 
+def conv_mlp(shape: Sequence[int], num_classes: int, kernels: int = 4, kernel_size: int = 3, stride: int = 1, padding: int = 1,
+             hidden: int | None = 32, activation: str = "sigmoid") -> nn.Sequential:
+    """One convolution, then (``hidden`` units of) a dense layer, then the output: Qian et al.'s CNN.
+
+    ``hidden=None`` feeds the convolution straight into the output layer. Built from the
+    global generator as it stands (seed it first), like the minimal-structure chapter does.
+    """
+    convolution = nn.Conv2d(shape[0], kernels, kernel_size, stride, padding)
+    with torch.no_grad():  # the dense layer's width is what the convolution puts out
+        features = convolution(torch.zeros(1, *shape)).numel()
+    layers = [convolution, ACTIVATIONS[activation](), nn.Flatten()]
+    if hidden is not None:
+        layers += [nn.Linear(features, hidden), ACTIVATIONS[activation]()]
+        features = hidden
+    return nn.Sequential(*layers, nn.Linear(features, num_classes))
+
+
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

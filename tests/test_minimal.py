@@ -112,7 +112,7 @@ def test_convolution_matrix_is_the_layer():
 
 
 def test_counting_is_necessary_not_sufficient():
-    table = minimal.solvability_table([{"width": 8, "channels": 1, "kernels": 8, "kernel_size": 2, "padding": 0, "stride": 3}])
+    table = experiments.minimal.solvability_table([{"width": 8, "channels": 1, "kernels": 8, "kernel_size": 2, "padding": 0, "stride": 3}])
     row = table.rows[0]
     assert row[-2] == "yes" and row[-1] != "64/64"  # enough equations, pixels the stride skips
 
@@ -160,7 +160,7 @@ def test_two_step_succeeds_on_one_thread_where_torch_s_svd_did_not():
         rank, solution, largest = minimal.svd_solve(matrix, target)
         u, singular, vt = minimal._svd(matrix)  # the full matrix, zero rows included
         torch.manual_seed(0)
-        model = minimal.conv_mlp((3, 9, 9), 4, kernels=5, kernel_size=1, stride=1, padding=2, hidden=6).double()
+        model = models.conv_mlp((3, 9, 9), 4, kernels=5, kernel_size=1, stride=1, padding=2, hidden=6).double()
         with torch.no_grad():
             model[0].weight.copy_(torch.as_tensor(weight))
         x = torch.rand(1, 3, 9, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(0))

@@ -347,8 +347,8 @@ BAD_CALLS = {
     # minimal structure and exclusivity
     "conv_counting kernels": (BAD_COUNT, lambda v: minimal.conv_counting(8, 1, v, 3)),
     "first_layer_inversion tolerance": (BAD_POSITIVE, lambda v: minimal.first_layer_inversion(np.ones((2, 3)), np.ones(2), tolerance=v)),
-    "two_step iterations": (BAD_COUNT, lambda v: minimal.two_step(minimal.conv_mlp((1, 4, 4), 3), [p.detach() for p in
-                                                                                                  minimal.conv_mlp((1, 4, 4), 3).parameters()],
+    "two_step iterations": (BAD_COUNT, lambda v: minimal.two_step(models.conv_mlp((1, 4, 4), 3), [p.detach() for p in
+                                                                                                  models.conv_mlp((1, 4, 4), 3).parameters()],
                                                                   (1, 4, 4), iterations=v)),
     "reconstruct batch_size": (BAD_COUNT, lambda v: exclusivity.reconstruct(
         dense.from_torch(MODEL), walkback.gradient_pairs_from_torch(MODEL, GRADIENT), v)),

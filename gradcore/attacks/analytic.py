@@ -65,7 +65,7 @@ def two_step(observation: Observation, method: str = "auto", iterations: int = 2
     """Qian et al., Sec. 2.3 as an attack: demix the dense layer's gradient, then deconvolve (one instance).
 
     The model is ``Conv2d, activation, Flatten, Linear, ...`` (see
-    :func:`gradcore.minimal.conv_mlp`); any other model is refused with a
+    :func:`gradcore.models.conv_mlp`); any other model is refused with a
     ``GradcoreValueError`` that says why. ``method`` and ``iterations`` are those of
     :func:`gradcore.minimal.deconvolve`. The labels are not recovered.
     """

@@ -19,15 +19,16 @@ from tqdm import tqdm
 
 from .. import attacks, client, minimal, models
 from .. import validation as check
+from ..claims import Table
 from .common import scenario
 
 
 def cnn_case(dataset, seed: int = 0, **options):
-    """A one-instance :class:`gradcore.experiments.Scenario` on a seeded float64 :func:`gradcore.minimal.conv_mlp`."""
+    """A one-instance :class:`gradcore.experiments.Scenario` on a seeded float64 :func:`gradcore.models.conv_mlp`."""
     state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
-        model = minimal.conv_mlp(dataset.shape, dataset.num_classes, **options)
+        model = models.conv_mlp(dataset.shape, dataset.num_classes, **options)
     finally:
         torch.random.set_rng_state(state)
     return scenario(dataset, model, 1, seed=seed, dtype=torch.float64)
@@ -192,3 +193,25 @@ def race(case, dlg_config: dict, target: float, repeats: int = 5, iterations: in
             run = case.attack("dlg", seed=seed, **{**dlg_config, "iterations": max(steps, 1), "record_every": max(steps, 1)})
             dlg_times.append(run.seconds)
     return Race(target, steps, error, float(np.median(two_times)), float(np.median(dlg_times)) if dlg_times else None)
+
+
+def solvability_table(configurations: Sequence[dict], seed: int = 0, largest_rank: int = 1024):
+    """One row per layer configuration: the counting verdict and the rank of a random such layer.
+
+    Each configuration holds the keyword arguments of :func:`conv_counting`. The rank
+    column checks the count against linear algebra: a full-rank convolution matrix is what
+    least-squares deconvolution actually needs (computed up to ``largest_rank`` unknowns).
+    """
+    rng, rows = np.random.default_rng(seed), []
+    for configuration in configurations:
+        shape = (configuration["kernels"], configuration["channels"], configuration["kernel_size"], configuration["kernel_size"])
+        weight = rng.normal(size=shape)
+        unknowns = configuration["channels"] * configuration["width"] ** 2
+        count = minimal.conv_counting(**configuration, **({"weight": weight} if unknowns <= largest_rank else {"largest_rank": largest_rank}))
+        if count.rank is not None:
+            rows.append(count.row() + [f"{count.rank}/{unknowns}"])
+        else:  # an SVD that size takes longer than the point is worth
+            rows.append(count.row() + ["not computed"])
+    header = ["input", "k", "s", "p", "d'", "h", "h needed", "dense units", "B", "equations", "unknowns", "solvable", "rank (B=1)"]
+    return Table("Solvability of one convolutional layer by counting", header, rows)
+

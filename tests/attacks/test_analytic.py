@@ -73,7 +73,7 @@ def test_closed_form_needs_the_first_layer_trainable(digits, make_mlp):
 
 def _cnn_case(kernels, **options):
     torch.manual_seed(0)
-    model = minimal.conv_mlp((1, 6, 6), 4, kernels=kernels, **options).double()
+    model = models.conv_mlp((1, 6, 6), 4, kernels=kernels, **options).double()
     x = torch.rand(1, 1, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     return model, x, gradcore.shared_gradient(model, x, torch.tensor([1]))
 

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from gradcore import attacks, client, data, experiments, minimal, models
+from gradcore import attacks, client, data, experiments, models
 from gradcore.attacks import AttackResult
 
 
@@ -37,7 +37,7 @@ def _small_cnn():
 
 def _conv_mlp():
     torch.manual_seed(3)
-    return minimal.conv_mlp((1, 8, 8), 10, kernels=4, kernel_size=3, padding=1, hidden=32).double()
+    return models.conv_mlp((1, 8, 8), 10, kernels=4, kernel_size=3, padding=1, hidden=32).double()
 
 
 #: Attacks that need a particular architecture get it; every other attack sees the sigmoid MLP.
