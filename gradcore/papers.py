@@ -117,7 +117,7 @@ DLG = PAPERS.add("dlg", Paper(
         # The source's clip-then-noise combination (the "dp" defense): the clip norms above, then this noise.
         "linear_dp_sigma": 0.01,
         # The cosine attacker of Geiping et al. (2020) on the linear unit, to show clipping leaves it untouched.
-        "linear_cosine": {"iterations": 400, "lr": 0.1, "tv_weight": 0.0, "init": "rand", "signed": True, "decay": True},
+        "linear_cosine": {**COSINE, "tv_weight": 0.0, "iterations": 400},
         # Sec. 3: LeNet, L-BFGS with lr 1 and 20 evaluations per step, U(-0.5, 0.5) weights
         # (Zhu et al., Sec. 4.1). Deviation: a strong-Wolfe line search, without which some
         # seeds leave the sigmoids' working range in the first step and never return.
