@@ -197,6 +197,10 @@ class Evaluation:
         return Table(title or f"{metric.upper()} per attack and defense ({direction} favours the attacker)",
                      ["attack | scenario"] + columns, rows)
 
+    def gain(self, scenario: str, attack: str, defense: str, metric: str = "psnr") -> float:
+        """The score over the gray guess's (PSNR: dB the attacker gained); NaN where the attack did not run."""
+        return self.value(scenario, attack, defense, metric) - self.reference.get(scenario, {}).get(metric, math.nan)
+
     def to_gray(self, scenario: str, attack: str, defense: str) -> float:
         """MSE of the reconstruction over the gray guess's MSE: 1 or more, the attacker learned nothing."""
         return self.value(scenario, attack, defense, "mse") / self.reference.get(scenario, {}).get("mse", math.nan)

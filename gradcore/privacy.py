@@ -282,12 +282,12 @@ def deployment_guarantee(participation: Mapping[int, Participation], noise_multi
     front = {c: p for c, p in active.items()
              if not any(o.sample_rate >= p.sample_rate and o.steps >= p.steps and (o.sample_rate, o.steps)
                         != (p.sample_rate, p.steps) for o in active.values())}
-    worst = {}
-    for name in ACCOUNTANTS:
-        values = [epsilon(noise_multiplier, p.sample_rate, p.steps, delta, name) for p in front.values()]
-        worst[name] = math.nan if any(math.isnan(v) for v in values) else max(values)
-    client, most = max(front.items(), key=lambda item: epsilon(noise_multiplier, item[1].sample_rate,
-                                                                  item[1].steps, delta, "rdp"))
+    values = {name: {c: epsilon(noise_multiplier, p.sample_rate, p.steps, delta, name) for c, p in front.items()}
+              for name in ACCOUNTANTS}
+    worst = {name: math.nan if any(math.isnan(v) for v in each.values()) else max(each.values())
+             for name, each in values.items()}
+    client = max(front, key=values["rdp"].get)
+    most = front[client]
     protocol = Protocol("sample", most.sample_rate, most.steps, delta)
     note = (f"worst-off client {client}: sampling rate {most.sample_rate:.3g}, {most.steps} steps"
             + ("" if not math.isnan(worst["prv"]) else f"; PRV beyond its range (RDP above {PRV_LIMIT:g})"))

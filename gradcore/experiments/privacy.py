@@ -42,6 +42,17 @@ def dp_spec(multiplier: float, bound: float) -> dict:
     return {"defense": "dp", "bound": bound, "sigma": multiplier * bound}
 
 
+def column(multiplier: float) -> str:
+    """The sweep's column label of a noise multiplier."""
+    return f"z {multiplier:g}"
+
+
+def _attacked(sweep: evaluation.Evaluation, label: str) -> list[tuple[str, str]]:
+    """The (scenario, attack) pairs that ran against column ``label`` (refusals left out)."""
+    return [(s, a) for s in sweep.scenarios for a in sweep.attacks
+            if sweep.ran(s, a, label) and not sweep.refused(s, a, label)]
+
+
 def attack_sweep(attacks: Mapping[str, Mapping], scenarios: Mapping[str, Sequence], multipliers: Sequence[float],
                  bounds: Mapping[str, float], metrics: Sequence[str] = ("mse", "psnr"),
                  seed: int = 0) -> evaluation.Evaluation:
@@ -56,7 +67,7 @@ def attack_sweep(attacks: Mapping[str, Mapping], scenarios: Mapping[str, Sequenc
             raise ValueError(f"scenario {label!r} shares a batch; a sample-level guarantee holds for one image only")
     result = None
     for label, case in scenarios.items():
-        columns = {f"z {z:g}": dp_spec(z, bounds[label]) for z in multipliers}
+        columns = {column(z): dp_spec(z, bounds[label]) for z in multipliers}
         part = evaluation.matrix(attacks, columns, {label: case}, metrics, seed, progress=False, keep_refusals=True)
         result = part if result is None else result.update(part)
     return result
@@ -79,15 +90,12 @@ def utility(dataset, build, multipliers: Sequence[float], bound: float, rounds: 
 
 def gains(sweep: evaluation.Evaluation, multipliers: Sequence[float]) -> dict:
     """``{attack: [best PSNR over the gray guess per z]}``, best over the scenarios; ``nan`` where none ran."""
-    out = {}
-    for attack in sweep.attacks:
-        series = []
-        for z in multipliers:
-            column = f"z {z:g}"
-            ran = [sweep.value(s, attack, column, "psnr") - sweep.reference[s]["psnr"] for s in sweep.scenarios
-                   if sweep.ran(s, attack, column) and not sweep.refused(s, attack, column)]
+    out = {attack: [] for attack in sweep.attacks}
+    for z in multipliers:
+        pairs = _attacked(sweep, column(z))
+        for attack, series in out.items():
+            ran = [sweep.gain(s, a, column(z)) for s, a in pairs if a == attack]
             series.append(max(ran) if ran else math.nan)
-        out[attack] = series
     return out
 
 
@@ -108,8 +116,7 @@ class PrivacyRow:
         """The row as the chapter's table prints it."""
         return [self.multiplier, self.sample_level.delta, self.sample_level.epsilon["rdp"],
                 self.sample_level.epsilon["prv"], self.client_level.epsilon["rdp"], self.client_level.epsilon["prv"],
-                self.accuracy,
-                self.defense_accuracy, self.best_gain, self.best_attack, self.least_lpips]
+                self.accuracy, self.defense_accuracy, self.best_gain, self.best_attack, self.least_lpips]
 
 
 def rows(sweep: evaluation.Evaluation, dp_sgd_logs: Mapping[float, object], defense_logs: Mapping[float, object],
@@ -122,13 +129,10 @@ def rows(sweep: evaluation.Evaluation, dp_sgd_logs: Mapping[float, object], defe
     """
     out = []
     for z in multipliers:
-        column = f"z {z:g}"
-        ran = [(s, a) for s in sweep.scenarios for a in sweep.attacks
-               if sweep.ran(s, a, column) and not sweep.refused(s, a, column)]
-        gain = {(s, a): sweep.value(s, a, column, "psnr") - sweep.reference[s]["psnr"] for s, a in ran}
+        label, ran = column(z), _attacked(sweep, column(z))
+        gain = {(s, a): sweep.gain(s, a, label) for s, a in ran}
         (scenario, attack), best = max(gain.items(), key=lambda item: item[1]) if gain else (("", "none ran"), math.nan)
-        lpips = [sweep.value(s, a, column, "lpips") for s, a in ran if "lpips" in sweep.metrics]
-        lpips = [v for v in lpips if not math.isnan(v)]
+        lpips = [v for v in (sweep.value(s, a, label, "lpips") for s, a in ran) if not math.isnan(v)]
         out.append(PrivacyRow(z, privacy.deployment_guarantee(dp_sgd_logs[z].participation, z, client_protocol.delta),
                               privacy.guarantee(dp_spec(z, 1.0), client_protocol), dp_sgd_logs[z].final(),
                               defense_logs[z].final(), best, f"{attack} ({scenario})", min(lpips) if lpips else math.nan))
