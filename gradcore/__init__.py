@@ -68,8 +68,8 @@ def setup(seed: int = 0, threads: int | None = 2, deterministic: bool = True) ->
 
 
 from . import (attacks, blas, claims, client, data, defenses, evaluation, exclusivity, experiments,  # noqa: E402
-               federated, gradients, linear, metrics, minimal, models, papers, plots, privacy, registry, scenarios,
-               training, validation, walkback)
+               federated, generative, gradients, linear, metrics, minimal, models, papers, plots, privacy, registry,
+               scenarios, training, validation, walkback)
 from .attacks import ATTACKS, AttackResult, attack, infer_labels  # noqa: E402
 from .claims import Claims  # noqa: E402
 from .data import DATASETS  # noqa: E402
@@ -83,7 +83,7 @@ from .validation import GradcoreError, GradcoreTypeError, GradcoreValueError  # 
 __all__ = [
     "ATTACKS", "AttackResult", "Claims", "DATASETS", "DEFENSES", "GradcoreError", "GradcoreTypeError", "GradcoreValueError",
     "METRICS", "MODELS", "attack", "attacks", "batch_gradient", "blas", "claims", "client", "data", "defend", "defenses",
-    "evaluation", "exclusivity", "experiments", "federated", "gradients", "infer_labels", "linear", "metrics", "minimal",
+    "evaluation", "exclusivity", "experiments", "federated", "generative", "gradients", "infer_labels", "linear", "metrics", "minimal",
     "models", "papers", "per_sample_gradients", "plots", "privacy", "registry", "scenarios", "setup", "share", "shared_gradient", "training",
     "validation", "walkback",
 ]

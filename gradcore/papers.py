@@ -36,6 +36,37 @@ LBFGS_NO_LINE_SEARCH = {**LBFGS, "line_search": None}
 #: The Inverting Gradients attack (Geiping et al., 2020, Sec. 4): signed Adam at 0.1 with the step decay,
 #: TV weight 1e-4, uniform dummies.
 COSINE = {"lr": 0.1, "tv_weight": 1e-4, "init": "rand", "signed": True, "decay": True}
+#: The attacker's generators for the GAN-prior attacks (CENSOR's Table I: GGL, GIAS, GIFD). The pretrained BigGAN and
+#: StyleGAN2 of the source are not on disk; a class-conditional DCGAN (Radford et al., ICLR 2016) is trained here on
+#: public data disjoint from the attacked images (the attacks' threat model). Adam at DCGAN's beta_1 = 0.5; the
+#: faces (180 images) train a narrower network at a larger step, the settings that gave face-like samples within
+#: 20 s on one core (gradcore's choice, as are all of these).
+GAN_TRAINING = {
+    "digits": {"batch_size": 64, "latent_dim": 32, "width": 64, "lr": 2e-4, "flips": False},
+    "faces": {"batch_size": 32, "latent_dim": 32, "width": 32, "lr": 5e-4, "flips": True},
+}
+#: Budgets of the GAN-prior work per profile: generator training steps and the attacks' iterations.
+GAN_BUDGETS = {
+    "ci": {"steps": {"digits": 3000, "faces": 2000}, "GGL": {"generations": 80},
+           "GIAS": {"latent_iterations": 100, "parameter_iterations": 100}, "GIFD": {"latent_iterations": 100, "layer_iterations": 50}},
+    "paper": {"steps": {"digits": 20000, "faces": 20000}, "GGL": {"generations": 500},
+              "GIAS": {"latent_iterations": 1000, "parameter_iterations": 1000},
+              "GIFD": {"latent_iterations": 1000, "layer_iterations": 500}},
+    "smoke": {"steps": {"digits": 2, "faces": 2}, "GGL": {"generations": 2}, "GIAS": {"latent_iterations": 2, "parameter_iterations": 2},
+              "GIFD": {"latent_iterations": 2, "layer_iterations": 1}},
+}
+#: The GAN-prior attacks as each paper describes them (gradcore.attacks.generative); budgets are per profile. GGL:
+#: CMA-ES on the latent with the KL regulariser (Li et al., CVPR 2022). GIAS: latent, then weights with a pull to the
+#: pretrained ones (Jeon et al., NeurIPS 2021); weight 100 on the mean squared change: at 10 an untrained generator
+#: was re-trained into the digit as well as the trained one (seed 2: MSE 0.017 against 0.022), at 30 and 100 it is
+#: not at seeds 0 to 2 (100: 0.039 against 0.070 at seed 2, the closest). GIFD: latent, then each feature domain in an l1 ball of 10%
+#: of the feature map's l1 norm (Fang et al., ICCV 2023). The source's budgets are not given (it defers to the
+#: released code of each attack).
+GAN_ATTACKS = {
+    "GGL": {"attack": "ggl", "population": 24, "sigma": 0.5, "kl_weight": 0.1},
+    "GIAS": {"attack": "gias", "lr": 0.03, "parameter_lr": 1e-3, "parameter_weight": 100.0, "candidates": 16},
+    "GIFD": {"attack": "gifd", "lr": 0.03, "feature_lr": 0.01, "ball": 0.1, "candidates": 16},
+}
 
 
 @dataclass(frozen=True)
@@ -303,6 +334,17 @@ CENSOR = PAPERS.add("censor", Paper(
         # Utility (Sec. V-C): non-i.i.d. clients by a Dirichlet split; the concentration is not in
         # the source, 0.5 is the common choice (Hsu et al., 2019).
         "alpha": 0.5,
+        # Table I's GAN-prior attacks: generators trained on public digits and faces, attacked images held out
+        # (so many per class), the baselines of the table (noise at the paper's 0.1).
+        "gan_training": GAN_TRAINING,
+        "gan_attacks": GAN_ATTACKS,
+        "gan_held_out": {"digits": 3, "faces": 10},
+        # The clients' private images: any digit; the faces only (FFHQ holds faces; lfw_subset's non-face patches
+        # are the classifier's second class, held out too but not attacked).
+        "gan_private_classes": {"digits": None, "faces": ("face",)},
+        "gan_defenses": ("none", "noise 0.1", "clip 4", "top-k 20%", "soteria 10%", "censor T=20"),
+        # "Recovers recognisable images": at least this PSNR above the gray guess (1 dB: MSE cut by a fifth).
+        "gan_clear_gain": 1.0,
     },
     profiles={
         "ci": {"threads": 1, "image_size": 16, "attack_model": "lenet", "attack_images": 2, "lbfgs_steps": 8,
@@ -315,7 +357,10 @@ CENSOR = PAPERS.add("censor", Paper(
                # App. B overhead, timed on the attack model at two input sizes: Soteria's cost grows with the
                # width of the representation feeding the last layer (192 features at 16x16, 768 at 32x32;
                # ResNet-18's is 512), CENSOR's with T.
-               "overhead_sizes": (16, 32), "overhead_repeats": 5},
+               "overhead_sizes": (16, 32), "overhead_repeats": 5,
+               "gan_budgets": GAN_BUDGETS["ci"], "gan_images": 2, "gan_models": {"digits": "lenet", "faces": "lenet"},
+               # Observation 2, GGL undefended: at 2 images which of the two distances is smaller flipped between seeds.
+               "gan_observation_images": 10},
         "paper": {"threads": None, "image_size": 32, "attack_model": "resnet", "attack_images": 10, "lbfgs_steps": 300,
                   "cosine_iterations": 4800, "eot_samples": 8, "eot_iterations": 4800, "sweep_iterations": 4800,
                   # Sec. V-C: CIFAR-10, ResNet-18, 100 clients, 10 per round, 2000 rounds. The number of
@@ -324,7 +369,11 @@ CENSOR = PAPERS.add("censor", Paper(
                                 "rounds": 2000, "batch_size": 32, "lr": 0.1, "defended_rounds": 100, "evaluate_every": 50},
                   "federated_defenses": ("none", "noise 0.1", "clip 4", "top-k 20%", "soteria 10%", "censor T=20"),
                   "clients_per_round": (10, 30, 50),  # Table VI
-                  "overhead_sizes": (32,), "overhead_repeats": 5},
+                  "overhead_sizes": (32,), "overhead_repeats": 5,
+                  "gan_budgets": GAN_BUDGETS["paper"], "gan_images": 10,  # Sec. V-A: 10 images per data set
+                  # ResNet-18 as in Table I for the faces; an 8x8 digit leaves ResNet-18 a 1x1 map before its last batch
+                  # norm, which cannot normalise one value per channel for one image: the digits keep the LeNet.
+                  "gan_models": {"digits": "lenet", "faces": "resnet"}, "gan_observation_images": 10},
     },
     reported={
         # Table I (B = 1, round 0), (MSE, LPIPS) of Soteria vs CENSOR, by (dataset, attack). The paper's
@@ -339,6 +388,11 @@ CENSOR = PAPERS.add("censor", Paper(
             ("CIFAR-10", "IG"): {"soteria": (0.0558, 0.5846), "censor": (0.0939, 0.6884)},
             ("CIFAR-10", "GIAS"): {"soteria": (0.0012, 0.0461), "censor": (0.0789, 0.6819)},
         },
+        # Sec. V-B, under Table I: against GGL, clipping beats CENSOR on ImageNet and CIFAR-10 by about 14% in MSE
+        # and 5% in PSNR (the authors suspect GGL relies on the gradient's large values).
+        "ggl_clipping": {"mse": 0.14, "psnr": 0.05},
+        # Sec. III, Observation 2: GGL draws a representative of the class, not the private image; what leaks is the label.
+        "observation2": "GGL reconstructs a typical image of the class",
         # Table II (B = 4, ImageNet): CENSOR against GIAS (MSE, LPIPS with VGG features, PSNR, SSIM) and GIFD (MSE).
         "table2_gias": (0.0776, 0.7680, 11.686, 0.0099),
         "table2_gifd_mse": 0.0686,
@@ -361,7 +415,8 @@ CENSOR = PAPERS.add("censor", Paper(
            # Two rounds (one defended, one not) with one client each: a round's code is the same for any
            # number of clients, and Soteria on ResNet-18 costs ~20 s per client on two cores.
            "federated": {"rounds": 2, "defended_rounds": 1, "evaluate_every": 1, "per_round": 1},
-           "clients_per_round": (1, 2), "overhead_repeats": 1},
+           "clients_per_round": (1, 2), "overhead_repeats": 1, "gan_budgets": GAN_BUDGETS["smoke"], "gan_images": 1,
+           "gan_observation_images": 1},
 ))
 
 
@@ -538,8 +593,15 @@ WHAT_PROTECTS = PAPERS.add("what_protects", Paper(
         # Attack families, for the book-level claims.
         "families": {"analytic": ("closed form", "least squares", "walk-back"),
                      "exclusivity": ("exclusivity", "exclusivity hybrid"),
-                     "optimisation": ("DLG", "iDLG", "cosine + TV", "regularised")},
-        "matching": ("DLG", "iDLG", "cosine + TV", "regularised", "EOT"),  # attacks that match gradients
+                     "optimisation": ("DLG", "iDLG", "cosine + TV", "regularised"),
+                     "generative-prior": tuple(GAN_ATTACKS)},
+        # Attacks that match gradients and answer with noise when the gradient tells them nothing, scored against
+        # the gray guess. The GAN-prior attacks match gradients too, but answer with a plausible digit: they are
+        # scored against the public data's mean image instead (experiments.generative.public_mean_mse).
+        "matching": ("DLG", "iDLG", "cosine + TV", "regularised", "EOT"),
+        # The GAN-prior attacks of the CENSOR chapter, with a digit generator trained on the digits that are not attacked.
+        "gan_training": GAN_TRAINING["digits"],
+        "gan_attacks": GAN_ATTACKS,
         # Exclusivity reduction where Pan et al. (Sec. 6) claim it works: a batch larger than the reduced
         # first layer, the exclusivity chapter's (64-8-256-10) FCN and batch of 16.
         "reduction_widths": EXCLUSIVITY.common["reduction_widths"],
@@ -585,7 +647,8 @@ WHAT_PROTECTS = PAPERS.add("what_protects", Paper(
                # about 2 minutes per run at width 512 on one core.
                "rounds": 150, "censor_rounds": 20, "utility_widths": (64, 64),
                # Rounds attacked: the first, the one after the defended rounds, the middle, the last.
-               "attack_rounds": (0, 20, 75, 149), "round_images": 2},
+               "attack_rounds": (0, 20, 75, 149), "round_images": 2,
+               "gan_budgets": GAN_BUDGETS["ci"], "gan_scenarios": ("digits MLP, 1 image",)},
         "paper": {"threads": None, "images": 8, "lbfgs_steps": 300, "cosine_iterations": 4800, "regularised_iterations": 3000,
                   "eot_iterations": 4800, "eot_samples": 8, "hybrid_iterations": 100,
                   "optimisation_scenarios": ("digits MLP, 1 image", "digits MLP, batch", "photos LeNet, 1 image", "photos CNN, batch"),
@@ -594,11 +657,12 @@ WHAT_PROTECTS = PAPERS.add("what_protects", Paper(
                   # CENSOR, Sec. V-C: 100 clients, 10 per round; rounds scaled to the digits.
                   "federated": {"clients": 100, "per_round": 10, "batch_size": 32, "lr": 0.5, "evaluate_every": 50},
                   "rounds": 2000, "censor_rounds": 100, "utility_widths": (512, 512),
-                  "attack_rounds": (0, 100, 1000, 1999), "round_images": 8},
+                  "attack_rounds": (0, 100, 1000, 1999), "round_images": 8,
+                  "gan_budgets": GAN_BUDGETS["paper"], "gan_scenarios": ("digits MLP, 1 image", "digits MLP, batch")},
     },
     reported={},
     smoke={"lbfgs": {"max_iter": 2}, "images": 1, "lbfgs_steps": 2, "cosine_iterations": 2, "regularised_iterations": 2, "eot_iterations": 2,
            "eot_samples": 2, "hybrid_iterations": 2, "rounds": 4, "censor_rounds": 1, "attack_rounds": (0, 1, 2, 3),
            "round_images": 1, "federated": {"evaluate_every": 1},
-           "dp_multipliers": (0.0, 1.0)},
+           "dp_multipliers": (0.0, 1.0), "gan_budgets": GAN_BUDGETS["smoke"]},
 ))

@@ -53,7 +53,8 @@ def _show(axis, tensor: torch.Tensor) -> None:
 
 
 def reconstruction_grid(truth: torch.Tensor, rows: Mapping[str, torch.Tensor] | Sequence[tuple[str, torch.Tensor]],
-                        title: str = "", column_titles: Sequence[str] | None = None, size: float = 1.3) -> Figure:
+                        title: str = "", column_titles: Sequence[str] | None = None, size: float = 1.3,
+                        first: str = "private") -> Figure:
     """One column per batch sample: the private image on top, reconstructions below.
 
     Parameters
@@ -67,9 +68,11 @@ def reconstruction_grid(truth: torch.Tensor, rows: Mapping[str, torch.Tensor] | 
         Figure title.
     column_titles : sequence of str, optional
         A title per column (e.g. the sample's label).
+    first : str
+        The first row's label (``"private"``; e.g. ``"generated"`` for a generator's samples).
     """
     rows = list(rows.items()) if isinstance(rows, Mapping) else list(rows)
-    all_rows = [("private", truth)] + rows
+    all_rows = [(first, truth)] + rows
     columns = len(truth)
     figure = Figure(figsize=(size * columns + 1.0, size * len(all_rows) + (0.4 if title else 0.1)), layout="constrained")
     axes = figure.subplots(len(all_rows), columns, squeeze=False)

@@ -14,6 +14,7 @@ import pytest
 import torch
 from skimage import io
 
+import gradcore
 from gradcore import data
 
 
@@ -242,3 +243,26 @@ def test_bad_options_are_refused_before_anything_is_read(monkeypatch):
         data.load("photos", side=16)
     with pytest.raises(ValueError, match=r"split \(option of dataset 'cifar10'\) must be one of 'train', 'test'"):
         data.load("cifar10", split="validation")
+
+
+def test_faces_are_the_bundled_lfw_subset_cut_to_24():
+    from skimage.data import lfw_subset
+
+    faces = data.load("faces")
+    raw = lfw_subset()
+    assert faces.shape == (1, 24, 24) and len(faces) == 200 and faces.classes == ["face", "non-face"]
+    assert faces.labels.tolist() == [0] * 100 + [1] * 100
+    assert torch.equal(faces.images[:, 0], torch.tensor(raw[:, :24, :24], dtype=torch.float32))
+    assert data.load("faces", size=25).shape == (1, 25, 25)
+    with pytest.raises(gradcore.GradcoreValueError, match="size"):
+        data.load("faces", size=26)
+
+
+def test_without_removes_exactly_the_given_images(digits):
+    held = digits.images[[3, 10, 500]]
+    public = digits.without(held)
+    assert len(public) == len(digits) - 3  # these three are not repeated in the set
+    assert not any(torch.equal(image, h) for image in public.images for h in held)
+    assert public.name == "digits (public)"
+    # Nothing to remove: everything stays, in order.
+    assert torch.equal(digits.without(torch.full((1, 1, 8, 8), 0.123)).images, digits.images)

@@ -18,7 +18,7 @@ from gradcore import models
 PACKAGE = Path(gradcore.__file__).parent
 #: Modules whose tensors meet the model's (possibly CUDA) tensors.
 ON_DEVICE = sorted([*PACKAGE.glob("attacks/*.py"), PACKAGE / "defenses.py", PACKAGE / "metrics.py",
-                    PACKAGE / "gradients.py", PACKAGE / "client.py", PACKAGE / "training.py"])
+                    PACKAGE / "gradients.py", PACKAGE / "client.py", PACKAGE / "training.py", PACKAGE / "generative.py"])
 FACTORIES = {"zeros", "ones", "empty", "full", "tensor", "as_tensor", "arange", "eye", "linspace", "randint",
              "rand", "randn", "normal", "randperm"}
 #: Factory calls that make a CPU tensor on purpose, with the reason.
@@ -28,6 +28,8 @@ ALLOWED = {
     ("attacks/base.py", "<lambda>"),
     # The shuffling order indexes the dataset, which stays on the CPU; each batch is moved to the model.
     ("training.py", "train"),
+    # The same for the GAN's training batches (generative.py).
+    ("generative.py", "train_gan"),
 }
 
 

@@ -120,3 +120,54 @@ def test_survey_widths_surveys_each_width_before_and_after_training(digits):
     assert [point.batch_size for point in points[8]] == [2, 3]
     _, trained = experiments.exclusivity.survey_widths(digits, (8,), (2,), trials=1, seed=0, epochs=2, lr=1e-2)
     assert trained[8] > accuracy[8]  # training on the surveyed set raises its accuracy
+
+
+def test_gan_prior_matrix_runs_each_attack_with_its_generator_and_the_untrained_control(digits):
+    from gradcore.experiments import generative as gan
+
+    small = digits.subset(range(200))
+    prior = gan.train_prior(small, 1, steps=2, training={"batch_size": 8, "latent_dim": 4, "width": 8}, seed=0, progress=False)
+    assert set(prior.private.labels.tolist()) == set(range(10)) and len(prior.private) == 10
+    assert not any(torch.equal(a, b) for a in prior.private.images for b in prior.public.images)  # held out
+    cases = {"digits": experiments.scenarios(prior.private, "lenet", 1, 1, seed=0)}
+    specs = {"GGL": {"attack": "ggl", "population": 4}, "GIAS": {"attack": "gias", "candidates": 2}}
+    budgets = {"GGL": {"generations": 2}, "GIAS": {"latent_iterations": 2, "parameter_iterations": 1}}
+    defenses = {"none": {"defense": None}, "clip 4": {"defense": "clip", "bound": 4.0}}
+    grid = gan.attack_matrix({"digits": prior}, cases, specs, budgets, defenses, ("mse",), seed=0)
+    assert grid.ran("digits", "GGL", "clip 4") and grid.ran("digits", "GIAS (untrained prior)", "none")
+    assert not grid.ran("digits", "GIAS (untrained prior)", "clip 4")  # the control runs undefended only
+    spec = gan.gan_attacks(specs, budgets, prior.generator, scenarios=["digits"])["GIAS"]
+    assert spec["generator"] is prior.generator and spec["labels"] == "hidden" and spec["latent_iterations"] == 2
+    nearness = gan.representatives(grid, "digits", "GGL", cases["digits"], prior.public)
+    reconstruction = grid.cell("digits", "GGL", "none").reconstructions[0]
+    assert float(nearness["to private"][0]) == pytest.approx(float((reconstruction - cases["digits"][0].inputs).pow(2).mean()))
+    same_class = prior.public.images[prior.public.labels == cases["digits"][0].labels[0]]
+    assert float(nearness["to class"][0]) == pytest.approx(float((same_class - reconstruction).pow(2).flatten(1).mean(1).min()),
+                                                           rel=1e-5)
+
+
+def test_public_mean_floor_and_the_capped_baseline_comparison(digits):
+    from gradcore import evaluation
+    from gradcore.experiments import generative as gan
+
+    cases = experiments.scenarios(digits, "lenet", 1, 2, seed=0)
+    mean = digits.images.mean(dim=0, keepdim=True)
+    expected = float(torch.cat([(c.inputs - mean).pow(2).flatten(1).mean(1) for c in cases]).mean())
+    assert gan.public_mean_mse(digits, cases) == pytest.approx(expected, rel=1e-6)
+    threes = digits.subset((digits.labels == 3).nonzero().flatten().numpy())
+    mean3 = threes.images.mean(dim=0, keepdim=True)
+    expected3 = float(torch.cat([(c.inputs - mean3).pow(2).flatten(1).mean(1) for c in cases]).mean())
+    assert gan.public_mean_mse(digits, cases, classes=["3"]) == pytest.approx(expected3, rel=1e-6)
+
+    grid = evaluation.Evaluation(["s"], ["a"], ["x", "y", "d"], ["mse"])
+    for defense, value in (("x", 0.05), ("y", 0.30), ("d", 0.20)):
+        grid.add(evaluation.Cell("s", "a", defense, {"mse": value}, [], 0.0, [], 1))
+    # Below the floor the comparison is strict: y (0.30) is ahead of d (0.20).
+    strict = gan.ahead_of_baselines(grid, "s", "a", "d", ["x", "y"], floor=1.0)
+    assert strict["strongest"] == "y" and not strict["holds"] and strict["margin"] == pytest.approx(-0.1)
+    # Both beyond the floor: a tie, which holds with margin 0.
+    tied = gan.ahead_of_baselines(grid, "s", "a", "d", ["x", "y"], floor=0.1)
+    assert tied["holds"] and tied["margin"] == 0
+    # The defense below the floor and behind a baseline beyond it fails.
+    behind = gan.ahead_of_baselines(grid, "s", "a", "d", ["x", "y"], floor=0.25)
+    assert not behind["holds"] and behind["margin"] == pytest.approx(-0.05)

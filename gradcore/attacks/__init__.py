@@ -10,16 +10,18 @@ imported here so the registry is complete on ``import gradcore``:
 * :mod:`~gradcore.attacks.analytic`: closed forms: one linear layer, the walk-back, the
   minimal MLP and the two-step CNN attack (Geiping et al., 2020; Qian et al.);
 * :mod:`~gradcore.attacks.exclusivity`: the deterministic attacks of Pan et al. (2022);
-* :mod:`~gradcore.attacks.regularised`: regularised gradient matching (Qian et al.).
+* :mod:`~gradcore.attacks.regularised`: regularised gradient matching (Qian et al.);
+* :mod:`~gradcore.attacks.generative`: searches with a generative prior: GGL, GIAS, GIFD
+  (Li et al., 2022; Jeon et al., 2021; Fang et al., 2023).
 
 The README's "Adding an attack" says how to add one.
 """
 
-from . import analytic, exclusivity, inverting, matching, regularised
+from . import analytic, exclusivity, generative, inverting, matching, regularised
 from .base import (ATTACKS, INITIALISERS, OPTIMISERS, AttackResult, Observation, OptimiserSteps, Steps, attack,
                    empty_history, first_linear, last_linear, optimise, recorder)
 from .matching import dlg, euclidean_distance, idlg, infer_labels
 
 __all__ = ["ATTACKS", "INITIALISERS", "OPTIMISERS", "AttackResult", "Observation", "OptimiserSteps", "Steps", "analytic",
-           "attack", "dlg", "empty_history", "euclidean_distance", "exclusivity", "first_linear", "idlg", "infer_labels",
+           "attack", "dlg", "empty_history", "euclidean_distance", "exclusivity", "first_linear", "generative", "idlg", "infer_labels",
            "inverting", "last_linear", "matching", "optimise", "recorder", "regularised"]

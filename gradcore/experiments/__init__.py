@@ -8,15 +8,17 @@
 * :mod:`gradcore.experiments.minimal`: the minimal-structure chapter's sweeps, tables,
   galleries and race;
 * :mod:`gradcore.experiments.exclusivity`: the neuron-exclusivity chapter's attack sweep;
+* :mod:`gradcore.experiments.generative`: CENSOR's GAN-prior rows (generators trained here,
+  Observation 2);
 * :mod:`gradcore.experiments.privacy`: what epsilon protects (attacks and DP-SGD at a sweep of noise
   multipliers).
 """
 
 from ..scenarios import Scenario, scenario, scenarios
-from . import exclusivity, minimal, privacy
+from . import exclusivity, generative, minimal, privacy
 from .common import (attack_single_images, batch_slowdown, binomial_spread, final_table, first_below, keep_snapshots,
                      label_accuracy, label_outcomes, mean_final, steps_to_psnr)
 
 __all__ = ["Scenario", "attack_single_images", "batch_slowdown", "binomial_spread", "exclusivity", "final_table",
-           "first_below", "keep_snapshots", "label_accuracy", "label_outcomes", "mean_final", "minimal", "privacy", "scenario",
+           "first_below", "generative", "keep_snapshots", "label_accuracy", "label_outcomes", "mean_final", "minimal", "privacy", "scenario",
            "scenarios", "steps_to_psnr"]
