@@ -63,11 +63,11 @@ def prior_quality(priors: Mapping[str, Prior], samples: int = 32, seed: int = 0)
         drawn = generative.sample(prior.generator, classes, seed)
         _, sample_distance = generative.nearest_training_images(drawn, prior.public)
         _, held_distance = generative.nearest_training_images(prior.private.images, prior.public)
-        rows.append([label, len(prior.public), prior.log.settings["steps"], f"wall {prior.seconds:.0f} s",
+        rows.append([label, len(prior.public), prior.log.settings["steps"],
                      f"{sample_distance.mean():.4f}", f"{held_distance.mean():.4f}",
                      f"{float((sample_distance < held_distance.min()).float().mean()):.2f}"])
     return Table("The attacker's generators: training and a nearest-neighbour check",
-                 ["data", "training images", "steps", "time", "sample -> nearest training image (MSE)",
+                 ["data", "training images", "steps", "sample -> nearest training image (MSE)",
                   "held-out image -> nearest training image (MSE)", "share of samples nearer than any held-out image"], rows)
 
 
