@@ -11,11 +11,16 @@ import math
 import pytest
 import torch
 
-from gradcore import attacks, client, data, experiments, models
+from gradcore import attacks, client, data, experiments, generative, models
 from gradcore.attacks import AttackResult
 
+#: The GAN-prior attacks' prior: a tiny untrained generator in the mlp case's precision (float64).
+_PRIOR = generative.freeze(generative.untrained(generative.Generator((1, 8, 8), 10, latent_dim=4, width=8)).double())
 
 CONFIGS = {
+    "ggl": {"generator": _PRIOR, "generations": 3, "population": 4},
+    "gias": {"generator": _PRIOR, "latent_iterations": 3, "parameter_iterations": 2, "candidates": 2},
+    "gifd": {"generator": _PRIOR, "latent_iterations": 3, "layer_iterations": 2, "candidates": 2},
     "closed_form": {},
     "minimal_mlp": {},
     "exclusivity": {},
@@ -188,7 +193,7 @@ def test_a_gradient_in_another_dtype_than_the_model_is_refused(mlp_case):
 def test_every_attack_lives_in_a_family_module_and_is_registered_on_import():
     import gradcore.attacks as package
 
-    families = {"matching", "inverting", "analytic", "exclusivity", "regularised"}
+    families = {"matching", "inverting", "analytic", "exclusivity", "regularised", "generative"}
     for name in package.ATTACKS.names():
         module = package.ATTACKS[name].__module__
         assert module.startswith("gradcore.attacks.") and module.split(".")[-1] in families, (name, module)
