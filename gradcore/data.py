@@ -135,6 +135,11 @@ class Dataset:
             raise check.GradcoreValueError(f"subset indices must be a non-empty list of positions in 0..{len(self) - 1}")
         return Dataset(self.images[index].clone(), self.labels[index].clone(), self.classes, f"{self.name} ({tag})", dict(self.info))
 
+    def of_classes(self, names, tag: str = "subset") -> "Dataset":
+        """The samples whose class is one of ``names`` (class names), in their order."""
+        wanted = torch.tensor([self.classes.index(name) for name in names])
+        return self.subset(torch.nonzero(torch.isin(self.labels, wanted)).flatten().numpy(), tag)
+
     def without(self, images: torch.Tensor, tag: str = "public") -> "Dataset":
         """The samples that are none of ``images`` (pixel for pixel): public data an attacker may train on.
 

@@ -266,3 +266,9 @@ def test_without_removes_exactly_the_given_images(digits):
     assert public.name == "digits (public)"
     # Nothing to remove: everything stays, in order.
     assert torch.equal(digits.without(torch.full((1, 1, 8, 8), 0.123)).images, digits.images)
+
+
+def test_of_classes_keeps_exactly_those_classes(digits):
+    threes_and_sevens = digits.of_classes(["3", "7"])
+    assert set(threes_and_sevens.labels.tolist()) == {3, 7}
+    assert len(threes_and_sevens) == int(((digits.labels == 3) | (digits.labels == 7)).sum())

@@ -42,8 +42,7 @@ def train_prior(dataset: data.Dataset, held_out_per_class: int, steps: int, trai
     """
     public, private = dataset.split(held_out_per_class, seed=seed)
     if private_classes is not None:
-        wanted = torch.tensor([dataset.classes.index(name) for name in private_classes])
-        private = private.subset(torch.nonzero(torch.isin(private.labels, wanted)).flatten().numpy(), "private")
+        private = private.of_classes(private_classes, "private")
     start = time.perf_counter()
     generator, log = generative.train_gan(public, steps=steps, seed=seed, progress=progress, device=device, **training)
     return Prior(dataset.name, public, private, generator, log, time.perf_counter() - start)
@@ -123,8 +122,7 @@ def public_mean_mse(public: data.Dataset, cases: Sequence, classes: Sequence[str
     classes the private images are drawn from (the faces, not the non-face patches).
     """
     if classes is not None:
-        wanted = torch.tensor([public.classes.index(name) for name in classes])
-        public = public.subset(torch.nonzero(torch.isin(public.labels, wanted)).flatten().numpy())
+        public = public.of_classes(classes)
     mean = public.images.mean(dim=0, keepdim=True)
     return float(torch.cat([(case.inputs.cpu() - mean).pow(2).flatten(1).mean(1) for case in cases]).mean())
 
