@@ -14,8 +14,9 @@ QUIET_PIP := 2>&1 | { grep -v "^WARNING: Location 'file:///.*' is ignored" || tr
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # Every kernel (papermill's and nbval's) sees the same seed and thread count: identical numbers.
+# One thread per process: `gradcore build` and `gradcore test` run as many processes as there are cores.
 export PYTHONHASHSEED := 0
-export OMP_NUM_THREADS := 2
+export OMP_NUM_THREADS := 1
 export PYTHONUNBUFFERED := 1
 # MPLBACKEND=Agg makes inline figures vanish from executed notebooks.
 unexport MPLBACKEND
@@ -60,10 +61,10 @@ chromium:
 book: $(VENV)/.installed-book
 	$(BIN)/gradcore build
 
+# One pool of single-threaded jobs, as many at once as there are cores: unit tests, smoke runs of the
+# paper profiles, nbval of every notebook, the strict book build, then the browser check (gradcore/jobs.py).
 test: $(VENV)/.installed-test chromium
-	$(call timed,unit tests,$(BIN)/python -m pytest tests -q -p no:cacheprovider)
-	$(call timed,paper profiles (smoke),$(BIN)/gradcore smoke)
-	$(BIN)/gradcore check
+	$(BIN)/gradcore test
 
 clean:
 	rm -rf _build .pytest_cache .hypothesis

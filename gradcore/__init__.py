@@ -29,16 +29,40 @@ The library behind the gradcore book. One module per concept:
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
 
-import numpy as np
-import torch
-
 __version__ = "0.1.0"
 
+#: Submodules, imported on first use (``gradcore.data``, ``from gradcore import data``): the command
+#: line (``gradcore run``, ``gradcore test``) and the output check start without importing torch.
+SUBMODULES = ("attacks", "blas", "claims", "client", "data", "defenses", "dense", "errors", "evaluation", "exclusivity",
+              "experiments", "federated", "generative", "gradients", "jobs", "linear", "metrics", "minimal", "models",
+              "papers", "plots", "privacy", "registry", "scenarios", "training", "validation", "walkback")
+#: Names the package exports from its submodules, imported with them on first use.
+EXPORTS = {
+    "ATTACKS": "attacks", "AttackResult": "attacks", "attack": "attacks", "infer_labels": "attacks",
+    "Claims": "claims", "DATASETS": "data", "DEFENSES": "defenses", "defend": "defenses",
+    "share": "client", "shared_gradient": "client", "batch_gradient": "gradients",
+    "per_sample_gradients": "gradients", "METRICS": "metrics", "MODELS": "models",
+    "GradcoreError": "errors", "GradcoreTypeError": "errors", "GradcoreValueError": "errors",
+}
 
-def setup(seed: int = 0, threads: int | None = 2, deterministic: bool = True) -> torch.device:
+
+def __getattr__(name: str):
+    if name in SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    if name in EXPORTS:
+        return getattr(importlib.import_module(f".{EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module 'gradcore' has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted({*globals(), *SUBMODULES, *EXPORTS})
+
+
+def setup(seed: int = 0, threads: int | None = 2, deterministic: bool = True):
     """Seed every generator, fix the thread count and pick the device.
 
     A fixed thread count makes CPU reductions, and so every printed number, repeat
@@ -51,6 +75,9 @@ def setup(seed: int = 0, threads: int | None = 2, deterministic: bool = True) ->
     torch.device
         ``cuda`` when a GPU is present, else ``cpu``.
     """
+    import numpy as np
+    import torch
+
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -67,23 +94,4 @@ def setup(seed: int = 0, threads: int | None = 2, deterministic: bool = True) ->
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-from . import (attacks, blas, claims, client, data, defenses, evaluation, exclusivity, experiments,  # noqa: E402
-               federated, generative, gradients, linear, metrics, minimal, models, papers, plots, privacy, registry,
-               scenarios, training, validation, walkback)
-from .attacks import ATTACKS, AttackResult, attack, infer_labels  # noqa: E402
-from .claims import Claims  # noqa: E402
-from .data import DATASETS  # noqa: E402
-from .defenses import DEFENSES, defend  # noqa: E402
-from .client import share, shared_gradient  # noqa: E402
-from .gradients import batch_gradient, per_sample_gradients  # noqa: E402
-from .metrics import METRICS  # noqa: E402
-from .models import MODELS  # noqa: E402
-from .validation import GradcoreError, GradcoreTypeError, GradcoreValueError  # noqa: E402
-
-__all__ = [
-    "ATTACKS", "AttackResult", "Claims", "DATASETS", "DEFENSES", "GradcoreError", "GradcoreTypeError", "GradcoreValueError",
-    "METRICS", "MODELS", "attack", "attacks", "batch_gradient", "blas", "claims", "client", "data", "defend", "defenses",
-    "evaluation", "exclusivity", "experiments", "federated", "generative", "gradients", "infer_labels", "linear", "metrics", "minimal",
-    "models", "papers", "per_sample_gradients", "plots", "privacy", "registry", "scenarios", "setup", "share", "shared_gradient", "training",
-    "validation", "walkback",
-]
+__all__ = sorted({*SUBMODULES, *EXPORTS, "setup"})

@@ -5,6 +5,8 @@
     gradcore smoke [--chapter NAME] [--data DIR]    every chapter's paper profile, budgets cut, on data fixtures
     gradcore build [--no-execute]                   execute every chapter (ci), build _build/html
     gradcore check [--exact]                        freshness, nbval, strict build, browser check
+    gradcore test                                   unit tests, smoke runs and every check (what CI runs)
+    gradcore browser                                check the built book's pages in headless Chromium
     gradcore tolerances                             copy declared output tolerances into the notebooks
     gradcore drift run LABEL [VAR=VALUE ...]        execute every chapter on another float path
     gradcore drift report [LABEL ...]               how far those runs moved from notebooks/
@@ -20,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import claims, pipeline, reproducibility
+from . import claims, jobs, pipeline, reproducibility
 
 SANITIZE = "tests/nbval_sanitize.cfg"
 
@@ -63,10 +65,17 @@ def _subprocess(cmd: list[str], root: Path, env=None) -> None:
 
 
 def run_chapter(root: Path, chapter: str, profile: str, params: dict, smoke: bool = False,
-                environment: dict | None = None) -> None:
+                environment: dict | None = None, output: Path | None = None, cell_times: Path | None = None) -> None:
     label = f"run {chapter} [{profile}{', smoke' if smoke else ''}]" + "".join(f" {k}={v}" for k, v in params.items())
-    out = _timed(label, pipeline.execute, root, chapter, profile, params, smoke=smoke, environment=environment)
-    print(f"wrote {out.relative_to(root)}")
+    times: list = []
+    out = _timed(label, pipeline.execute, root, chapter, profile, params, smoke=smoke, environment=environment,
+                 output=output, cell_times=times)
+    print(f"wrote {out.relative_to(root) if out.is_relative_to(root) else out}")
+    if cell_times is not None:
+        import json
+
+        cell_times.parent.mkdir(parents=True, exist_ok=True)
+        cell_times.write_text(json.dumps([{"cell": i, "source": line, "seconds": t} for i, line, t in times], indent=1))
 
 
 def build_book(root: Path) -> None:
@@ -103,8 +112,97 @@ def fresh(root: Path) -> None:
 
 def browser(root: Path) -> None:
     problems = pipeline.browser_check(root)
+    for problem in problems:
+        print(f"problem: {problem}", flush=True)
     if problems:
         raise pipeline.PipelineError(f"browser check: {len(problems)} problem(s)")
+
+
+# ------------------------------------------------------------------------------------------- jobs
+# Everything `make book` and `make test` do runs as single-threaded processes, as many at once as
+# there are cores (gradcore.jobs): the chapters, their output checks, the smoke runs, the unit tests.
+
+
+def _gradcore(*arguments: str) -> list:
+    return jobs.python("-m", "gradcore.cli", *arguments)
+
+
+def _estimates(root: Path, profile: str = "ci") -> dict:
+    """Seconds of each chapter's last run in ``profile`` (notebooks/status.json): the longest start first."""
+    import json
+
+    path = root / "notebooks" / "status.json"
+    status = json.loads(path.read_text()) if path.exists() else {}
+    return {chapter: runs.get(profile, {}).get("seconds", 60.0) for chapter, runs in status.items()}
+
+
+def chapter_jobs(root: Path, names, params: dict | None = None, out_dir: Path | None = None, label: str = "run",
+                 environment: dict | None = None, times_dir: Path | None = None) -> list:
+    """One job per chapter: ``gradcore run NAME`` (ci), into ``out_dir`` if given, else notebooks/."""
+    estimates = _estimates(root)
+    result = []
+    for name in names:
+        command = _gradcore("run", name, *[x for k, v in (params or {}).items() for x in ("-p", k, str(v))])
+        if out_dir is not None:
+            command += ["--output", str(out_dir / f"{name}.ipynb")]
+        if times_dir is not None:
+            command += ["--cell-times", str(times_dir / f"{name}.json")]
+        result.append(jobs.Job(f"{label} {name}", command, estimates.get(name, 60.0), environment=dict(environment or {})))
+    return result
+
+
+def smoke_jobs(root: Path, data: Path, names=None, fixtures: bool = True) -> list:
+    """The fixtures (unless real data is given), then every chapter's paper profile with its budgets cut."""
+    result = []
+    after = ()
+    if fixtures:
+        result.append(jobs.Job("smoke fixtures", jobs.python("-c", "import sys; from pathlib import Path; "
+                                                             "from gradcore import fixtures; fixtures.write_all(Path(sys.argv[1]))",
+                                                             str(data)), 5.0, quiet=True))
+        after = ("smoke fixtures",)
+    estimates = _estimates(root, "paper-smoke")
+    for name in names or pipeline.chapters(root):
+        # The paper profile takes every core; smoke runs measure nothing, so they take one like every job.
+        result.append(jobs.Job(f"smoke {name}", _gradcore("run", name, "--profile", "paper", "--smoke"),
+                               estimates.get(name, 20.0), after,
+                               {"GRADCORE_DATA": str(data), "GRADCORE_THREADS": "1"}))
+    return result
+
+
+def check_jobs(root: Path, exact: bool = False) -> list:
+    """nbval of every committed notebook (one job each), the strict book build, then the browser check."""
+    notebooks = sorted(p.relative_to(root) for p in (root / "notebooks").glob("*.ipynb"))
+    if not notebooks:
+        raise pipeline.PipelineError("no executed notebooks in notebooks/: run `gradcore build`")
+    with pipeline.kernel_env("ci") as environment:
+        kernel = {key: environment.get(key) for key in {*environment, "MPLBACKEND"}}
+    estimates = _estimates(root)
+    result = []
+    for notebook in notebooks:
+        command = jobs.python("-m", "pytest", "--nbval", str(notebook), "--nbval-current-env",
+                              "--nbval-sanitize-with", SANITIZE, "-p", "no:cacheprovider")
+        if not exact:
+            command += ["-p", "gradcore.nbval_tolerance"]
+        result.append(jobs.Job(f"nbval {notebook.stem}", command, estimates.get(notebook.stem, 60.0), environment=kernel,
+                               quiet=True))
+    result.append(jobs.Job("jupyter-book build -W", _gradcore("build", "--no-execute"), 60.0, quiet=True))
+    result.append(jobs.Job("browser check", _gradcore("browser"), 20.0, ("jupyter-book build -W",)))
+    return result
+
+
+def run_jobs(root: Path, job_list: list, workers: int | None, title: str) -> list:
+    """Run ``job_list``, print its summary; raise PipelineError naming the jobs that did not succeed."""
+    workers = workers or jobs.default_workers()
+    print(f"== {title}: {len(job_list)} jobs, {workers} at a time, one thread each", flush=True)
+    t0 = time.perf_counter()
+    outcomes = jobs.run(job_list, workers, cwd=root, echo=lambda text: print(text, flush=True))
+    wall = time.perf_counter() - t0
+    print(jobs.summary(outcomes, wall), flush=True)
+    failed = [o.name for o in outcomes if o.status != "done"]
+    if failed:
+        raise pipeline.PipelineError(f"{title}: {len(failed)} job(s) did not succeed: {', '.join(failed)}")
+    print(f"{title}: every job succeeded in {wall:.1f} s")
+    return outcomes
 
 
 # --------------------------------------------------------------------------------------- commands
@@ -127,7 +225,9 @@ def cmd_list(root: Path, args) -> int:
 
 def cmd_run(root: Path, args) -> int:
     params = dict(args.param or [])
-    run_chapter(root, args.chapter, args.profile, params, smoke=args.smoke)
+    run_chapter(root, args.chapter, args.profile, params, smoke=args.smoke,
+                output=Path(args.output).resolve() if args.output else None,
+                cell_times=Path(args.cell_times).resolve() if args.cell_times else None)
     return 0
 
 
@@ -138,51 +238,47 @@ def cmd_smoke(root: Path, args) -> int:
     them as ``GRADCORE_DATA``, unless ``--data`` names a folder holding the real data sets.
     """
     data = Path(args.data).expanduser().resolve() if args.data else root / pipeline.SMOKE_DIR / "data"
-    if not args.data:
-        from . import fixtures
-
-        _timed(f"data fixtures -> {data.relative_to(root)}", fixtures.write_all, data)
-    elif not data.is_dir():
+    if args.data and not data.is_dir():
         raise pipeline.PipelineError(f"--data {data}: no such folder")
-    t0 = time.perf_counter()
-    for chapter in args.chapter or list(pipeline.chapters(root)):
-        run_chapter(root, chapter, "paper", {}, smoke=True, environment={"GRADCORE_DATA": str(data)})
-    print(f"every paper profile ran (smoke) in {time.perf_counter() - t0:.1f} s")
+    run_jobs(root, smoke_jobs(root, data, args.chapter, fixtures=not args.data), args.jobs, "smoke runs")
     return 0
 
 
 def cmd_build(root: Path, args) -> int:
     t0 = time.perf_counter()
     if not args.no_execute:
-        for name in pipeline.chapters(root):
-            run_chapter(root, name, "ci", {})
+        run_jobs(root, chapter_jobs(root, pipeline.chapters(root)), args.jobs, "chapters (ci)")
     _timed("jupyter-book build", build_book, root)
     print(f"book built in {time.perf_counter() - t0:.1f} s: open {root / '_build/html/index.html'}")
     return 0
 
 
-def cmd_check(root: Path, args) -> int:
-    t0 = time.perf_counter()
-    compare = ("nbval (bit-exact)", lambda r: nbval(r, exact=True)) if args.exact else ("nbval", nbval)
-    steps = [("freshness", fresh), compare, ("jupyter-book build -W", build_book),
-             ("browser check", browser)]
-    failed = []
-    for label, fn in steps:
-        if label == "browser check" and "jupyter-book build -W" in failed:
-            print(f"== {label}: skipped (the build failed)")
-            failed.append(label)
-            continue
-        try:
-            _timed(label, fn, root)
-        except pipeline.PipelineError as exc:
-            print(f"gradcore: {label}: {exc}", file=sys.stderr, flush=True)
-            failed.append(label)
-    total = time.perf_counter() - t0
-    if failed:
-        print(f"check FAILED ({', '.join(failed)}) in {total:.1f} s")
-        return 1
-    print(f"check passed in {total:.1f} s")
+def cmd_browser(root: Path, args) -> int:
+    browser(root)
     return 0
+
+
+def _check(root: Path, args, extra: list) -> int:
+    t0 = time.perf_counter()
+    try:
+        _timed("freshness", fresh, root)
+    except pipeline.PipelineError as exc:
+        print(f"gradcore: freshness: {exc}", file=sys.stderr, flush=True)
+        print(f"check FAILED (freshness) in {time.perf_counter() - t0:.1f} s")
+        return 1
+    run_jobs(root, extra + check_jobs(root, exact=args.exact), args.jobs, "checks")
+    print(f"check passed in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def cmd_check(root: Path, args) -> int:
+    return _check(root, args, [])
+
+
+def cmd_test(root: Path, args) -> int:
+    """What CI runs: the unit tests, the paper profiles' smoke runs and every check, in one pool of jobs."""
+    unit = jobs.Job("unit tests", jobs.python("-m", "pytest", "tests", "-q", "-p", "no:cacheprovider"), 60.0, quiet=True)
+    return _check(root, args, [unit, *smoke_jobs(root, root / pipeline.SMOKE_DIR / "data")])
 
 
 def cmd_tolerances(root: Path, args) -> int:
@@ -196,7 +292,7 @@ DRIFT_DIR = Path("notebooks") / "drift"
 
 def cmd_drift(root: Path, args) -> int:
     if args.action == "run":
-        return _drift_run(root, args.label, args.items)
+        return _drift_run(root, args.label, args.items, args.jobs)
     if args.log:
         return _drift_log_report(Path(args.log))
     return _drift_report(root, [args.label, *args.items] if args.label else [])
@@ -227,7 +323,7 @@ def _drift_log_report(path: Path) -> int:
     return 1 if outside else 0
 
 
-def _drift_run(root: Path, label: str | None, assignments: list[str]) -> int:
+def _drift_run(root: Path, label: str | None, assignments: list[str], jobs_option: int | None = None) -> int:
     if not label or not label.replace("-", "").replace("_", "").isalnum():
         raise pipeline.PipelineError(f"drift run needs a LABEL of letters, digits, - and _ (got {label!r})")
     environment = {}
@@ -237,9 +333,8 @@ def _drift_run(root: Path, label: str | None, assignments: list[str]) -> int:
             raise pipeline.PipelineError(f"drift run: {item!r} is not VAR=VALUE")
         environment[name] = value
     out = root / DRIFT_DIR / label
-    for chapter in pipeline.chapters(root):
-        _timed(f"run {chapter} [{label}: {' '.join(assignments) or 'default float path'}]",
-               pipeline.execute, root, chapter, "ci", {}, output=out / f"{chapter}.ipynb", environment=environment)
+    run_jobs(root, chapter_jobs(root, pipeline.chapters(root), out_dir=out, label=f"run [{label}]",
+                                environment=environment), jobs_option, f"drift run {label}")
     print(f"wrote {out.relative_to(root)}/: compare with `gradcore drift report {label}`")
     return 0
 
@@ -253,19 +348,24 @@ def cmd_seeds(root: Path, args) -> int:
     A chapter asserts its claims, so a run that fails is a claim that does not hold at that seed;
     a run that passes shows how close its rows came to failing (their margins).
     """
+    started = time.time()
     names = args.chapter or list(pipeline.chapters(root))
+    job_list = [job for seed in args.seeds
+                for job in chapter_jobs(root, names, {"seed": seed}, root / SEEDS_DIR / f"seed-{seed}", f"seed {seed}:")]
+    try:
+        run_jobs(root, job_list, args.jobs, f"chapters at seeds {', '.join(map(str, args.seeds))}")
+    except pipeline.PipelineError as exc:
+        print(exc)
     failed = []
     for seed in args.seeds:
         out = root / SEEDS_DIR / f"seed-{seed}"
         for chapter in names:
-            try:
-                _timed(f"run {chapter} [seed {seed}]", pipeline.execute, root, chapter, "ci", {"seed": seed},
-                       output=out / f"{chapter}.ipynb")
-            except pipeline.PipelineError as exc:
+            path = out / f"{chapter}.ipynb"
+            if not path.exists() or path.stat().st_mtime < started:
                 failed.append((chapter, seed))
-                print(f"   {chapter} seed {seed}: FAILED: {str(exc)[-600:]}")
+                print(f"   {chapter} seed {seed}: FAILED (see its job's output above)")
                 continue
-            for table in claims.claims_in_notebook(out / f"{chapter}.ipynb"):
+            for table in claims.claims_in_notebook(path):
                 verdicts = [row[table["header"].index("holds")] for row in table["rows"]]
                 print(f"   {chapter} seed {seed}: {verdicts.count('yes')} of {len(verdicts)} rows hold, "
                       f"{verdicts.count('n/a')} not reproduced; tightest margins:")
@@ -324,6 +424,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--smoke", action="store_true",
                    help="with --profile paper: every budget cut to the least that runs the paper's code paths, "
                         "claims not asserted, written to _build/smoke/CHAPTER.ipynb")
+    p.add_argument("--output", help="write the executed notebook here instead (the Status page is left alone)")
+    p.add_argument("--cell-times", help="write each code cell's wall seconds here (JSON)")
     p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("smoke", help="every chapter's paper profile, budgets cut, on data fixtures (what CI runs)",
@@ -333,16 +435,30 @@ def parser() -> argparse.ArgumentParser:
                                    "formats to _build/smoke/data (GRADCORE_DATA) unless --data names real ones.")
     p.add_argument("--chapter", action="append", help="only this chapter (repeatable); default: all")
     p.add_argument("--data", help="a folder holding cifar-10-batches-py/ etc. (default: write fixtures)")
+    p.add_argument("--jobs", type=int, help="processes at once, one thread each (default: GRADCORE_JOBS, else the number of cores)")
     p.set_defaults(fn=cmd_smoke)
 
     p = sub.add_parser("build", help="execute every chapter (ci profile), then build _build/html")
     p.add_argument("--no-execute", action="store_true", help="build from the committed notebooks only")
+    p.add_argument("--jobs", type=int, help="processes at once, one thread each (default: GRADCORE_JOBS, else the number of cores)")
     p.set_defaults(fn=cmd_build)
 
     p = sub.add_parser("check", help="freshness, nbval, jupyter-book build -W, browser check")
     p.add_argument("--exact", action="store_true",
                    help="compare outputs character by character (only the machine type that made them passes)")
+    p.add_argument("--jobs", type=int, help="processes at once, one thread each (default: GRADCORE_JOBS, else the number of cores)")
     p.set_defaults(fn=cmd_check)
+
+    p = sub.add_parser("test", help="what CI runs: unit tests, smoke runs, freshness, nbval, strict build, browser check",
+                       description="Everything `make test` checks, as one pool of single-threaded jobs: the unit "
+                                   "tests, the paper profiles' smoke runs, nbval of every notebook, the strict book "
+                                   "build and the browser check.")
+    p.add_argument("--exact", action="store_true", help="compare outputs character by character")
+    p.add_argument("--jobs", type=int, help="processes at once, one thread each (default: GRADCORE_JOBS, else the number of cores)")
+    p.set_defaults(fn=cmd_test)
+
+    p = sub.add_parser("browser", help="open every page of the built book in headless Chromium and check it")
+    p.set_defaults(fn=cmd_browser)
 
     p = sub.add_parser("tolerances", help="copy each chapter's declared output tolerances into its notebook",
                        description="Tolerances configure the output check, not the outputs: after changing one in "
@@ -358,6 +474,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("label", nargs="?")
     p.add_argument("items", nargs="*", metavar="VAR=VALUE")
     p.add_argument("--log", help="with report: summarise a GRADCORE_DRIFT_LOG file instead of notebooks/drift/")
+    p.add_argument("--jobs", type=int, help="processes at once, one thread each (default: GRADCORE_JOBS, else the number of cores)")
     p.set_defaults(fn=cmd_drift)
 
     p = sub.add_parser("seeds", help="rerun chapters with other seeds and report whether their claims hold",
@@ -366,6 +483,7 @@ def parser() -> argparse.ArgumentParser:
                                    "chapter, how many claims held and the rows closest to failing.")
     p.add_argument("seeds", nargs="+", type=int, metavar="SEED")
     p.add_argument("--chapter", action="append", help="only this chapter (repeatable); default: all")
+    p.add_argument("--jobs", type=int, help="processes at once, one thread each (default: GRADCORE_JOBS, else the number of cores)")
     p.set_defaults(fn=cmd_seeds)
     return ap
 

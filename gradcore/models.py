@@ -25,13 +25,36 @@ ACTIVATIONS.add("leaky_relu", nn.LeakyReLU)
 ACTIVATIONS.add("identity", nn.Identity)
 
 
+def parse(spec: str) -> tuple[str, dict]:
+    """``"resnet(width=8)"`` -> ``("resnet", {"width": 8})``; a plain name has no options.
+
+    A model written with its options is one string, so that a paper's settings can name a
+    configured network where they name a model (``gradcore.papers``: the smoke runs build the
+    paper's ResNet-18 at a smaller width this way). Values are Python literals.
+    """
+    import ast
+
+    if not isinstance(spec, str):
+        raise check.GradcoreTypeError(f"model must be a registry name (a string), got {check.describe(spec)}")
+    if "(" not in spec:
+        return spec, {}
+    try:
+        call = ast.parse(spec.strip(), mode="eval").body
+        if not isinstance(call, ast.Call) or call.args or not isinstance(call.func, ast.Name):
+            raise ValueError
+        return call.func.id, {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords}
+    except (SyntaxError, ValueError):
+        raise check.GradcoreValueError(f"model {spec!r} is neither a registered name nor NAME(option=value, ...)") from None
+
+
 def build(name: str, shape: Sequence[int], num_classes: int, seed: int = 0, **options) -> nn.Module:
     """Build a registered model with seeded initial weights.
 
     Parameters
     ----------
     name : str
-        Registry name: ``linear_unit``, ``mlp``, ``lenet``, ``convnet``, ``resnet``.
+        Registry name: ``linear_unit``, ``mlp``, ``lenet``, ``convnet``, ``resnet``; or a name
+        with options, ``"resnet(width=8)"`` (:func:`parse`), which ``options`` may not repeat.
     shape : sequence of int
         Shape of one input, ``(C, H, W)`` or ``(D,)``.
     num_classes : int
@@ -46,6 +69,11 @@ def build(name: str, shape: Sequence[int], num_classes: int, seed: int = 0, **op
         number of dimensions for the model), a ``num_classes`` below 1, a non-integer seed,
         or an unknown option or one of the wrong type or range, before anything is built.
     """
+    name, written = parse(name)
+    repeated = sorted(set(written) & set(options))
+    if repeated:
+        raise check.GradcoreValueError(f"model option {', '.join(repeated)} given twice: in the name and as an argument")
+    options = {**written, **options}
     constructor = MODELS[name]
     check.input_shape("shape", shape)
     check.positive_int("num_classes", num_classes)

@@ -158,6 +158,8 @@ DLG = PAPERS.add("dlg", Paper(
         "label_lbfgs": dict(LBFGS_NO_LINE_SEARCH),
         "image_size": 32,
         "lenet_images": 2,
+        # Snapshots of the LeNet photo attacks shown in the figure (and the last step).
+        "lenet_frames": (0, 20, 50),
         "lenet_batch": 4,
         # "A batch takes more iterations": 16x16 crops (a quarter of the cost of 32x32, where a batch of four
         # did not leave 6 dB in 100 steps), steps to this PSNR of the [0, 1]-clipped reconstruction.
@@ -178,7 +180,7 @@ DLG = PAPERS.add("dlg", Paper(
         # photo_iterations: L-BFGS steps of the LeNet photo attacks. 100 left one photo of three at 12.7 dB (the case of
         # seed 2, whose dummy needs longer: 21.1 dB at 150 steps, 28.8 at 200, 34.7 at 300; three restarts at 100
         # steps got no further than 14.7 dB), so ci runs 200. lenet_iterations: the rerun of DLG's missed labels.
-        "ci": {"threads": 2, "photo_iterations": 200, "lenet_iterations": 100, "label_trials": 100, "dlg_label_trials": {"MNIST": 100, "CIFAR-100": 24},
+        "ci": {"threads": 1, "photo_iterations": 200, "lenet_iterations": 100, "label_trials": 100, "dlg_label_trials": {"MNIST": 100, "CIFAR-100": 24},
                "dlg_label_iterations": {"MNIST": 2, "CIFAR-100": 5}, "batch_iterations": 80, "alone_iterations": 20},
         "paper": {"threads": None, "photo_iterations": 300, "lenet_iterations": 300, "label_trials": 1000, "dlg_label_trials": {"MNIST": 100, "CIFAR-100": 100},
                   "dlg_label_iterations": {"MNIST": 300, "CIFAR-100": 300}, "batch_iterations": 300, "alone_iterations": 300},
@@ -190,7 +192,8 @@ DLG = PAPERS.add("dlg", Paper(
         # Zhu et al. (2019): a batch takes about ten times the iterations of a single image.
         "batch_slowdown": 10.0,
     },
-    smoke={"label_lbfgs": {"max_iter": 2}, "linear_iterations": 3, "linear_cosine": {"iterations": 3}, "photo_iterations": 51, "lenet_iterations": 2,
+    smoke={"lbfgs": {"max_iter": 2}, "label_lbfgs": {"max_iter": 2}, "linear_iterations": 3, "linear_cosine": {"iterations": 3},
+           "photo_iterations": 2, "lenet_frames": (0, 1), "lenet_iterations": 2,
            "label_trials": 2, "dlg_label_trials": {"MNIST": 2, "CIFAR-100": 2}, "dlg_label_iterations": {"MNIST": 1, "CIFAR-100": 1},
            "batch_iterations": 2, "alone_iterations": 2},
 ))
@@ -256,9 +259,9 @@ IG = PAPERS.add("inverting_gradients", Paper(
         "padding_image_seed": 3,
     },
     profiles={
-        # Two threads: 1.1-1.4x faster than one on an idle two-core machine (measured on these models). Run
-        # chapters one at a time: two processes with two OpenMP threads each on two cores slowed cells tenfold here.
-        "ci": {"threads": 2, "attack_images": 2, "cosine_iterations": 400, "euclidean_steps": 50, "local_iterations": 150,
+        # One thread, as every chapter's ci profile: two threads were only 1.1-1.4x faster than one on these models,
+        # while two single-threaded chapters on two cores each run at full speed (`make book` runs them so, gradcore.jobs).
+        "ci": {"threads": 1, "attack_images": 2, "cosine_iterations": 400, "euclidean_steps": 50, "local_iterations": 150,
                # (epochs, images, batch size); the paper's rows use 8 images and 5 epochs.
                "table2_settings": ((1, 1, 1), (1, 4, 2), (1, 4, 4), (3, 1, 1), (3, 4, 4)), "table2_iterations": 150,
                "table2_width": 16,
@@ -301,9 +304,12 @@ IG = PAPERS.add("inverting_gradients", Paper(
         # near-uniform (weights scaled to 0.05) network; one draw each.
         "batch_shares": {"confident model": (0.227, 5.2), "near-uniform model": (0.509, 7.3)},
     },
+    # The ResNets at width 8 (depths, blocks, image size and batch sizes the paper's): a smoke run proves the code paths,
+    # and ResNet-18 at width 64 costs 0.35 s per attack step on one core; 100 local steps unrolled become 2.
     smoke={"euclidean": {"max_iter": 2}, "survey_trials": 3, "share_trials": 3, "train_epochs": 1, "attack_images": 1, "cosine_iterations": 2,
-           "euclidean_steps": 2, "local_iterations": 2, "table2_iterations": 2, "architecture_images": 1,
-           "architecture_iterations": 2, "padding_iterations": 2, "large_batch_iterations": 2},
+           "euclidean_steps": 2, "local_iterations": 2, "table2_iterations": 2, "table2_width": 8, "architecture_images": 1,
+           "architecture_iterations": 2, "widths": (8, 16), "depth_width": 8, "padding_width": 8, "padding_iterations": 2,
+           "large_batch_width": 8, "large_batch_iterations": 2, "local_settings": {"100 steps, lr 1e-4": (2, 1e-4)}},
 ))
 
 
@@ -412,13 +418,16 @@ CENSOR = PAPERS.add("censor", Paper(
         # Fig. 11: meaningful reconstructions at T = 1 and 5, noise from T = 10 on.
         "meaningful_trials": (1, 5),
     },
+    # ResNet-18 at width 8 (its blocks, its 32x32 inputs): at the paper's width 64, Soteria alone costs 22 s per image
+    # on one core (one backward pass per representation feature, 512 of them), CENSOR 5 s per gradient (11M weights).
     smoke={"lbfgs": {"max_iter": 2}, "attack_images": 1, "lbfgs_steps": 2, "cosine_iterations": 2, "eot_samples": 2, "eot_iterations": 2,
-           "sweep_iterations": 2,
+           "sweep_iterations": 2, "attack_model": "resnet(width=8)",
            # Two rounds (one defended, one not) with one client each: a round's code is the same for any
-           # number of clients, and Soteria on ResNet-18 costs ~20 s per client on two cores.
-           "federated": {"rounds": 2, "defended_rounds": 1, "evaluate_every": 1, "per_round": 1},
+           # number of clients.
+           "federated": {"model": "resnet(width=8)", "rounds": 2, "defended_rounds": 1, "evaluate_every": 1, "per_round": 1,
+                         "batch_size": 4},
            "clients_per_round": (1, 2), "overhead_repeats": 1, "gan_budgets": GAN_BUDGETS["smoke"], "gan_images": 1,
-           "gan_observation_images": 1},
+           "gan_models": {"digits": "lenet", "faces": "resnet(width=8)"}, "gan_observation_images": 1},
 ))
 
 
@@ -548,7 +557,7 @@ EXCLUSIVITY = PAPERS.add("neuron_exclusivity", Paper(
         "hybrid_batch": 4,
     },
     profiles={
-        "ci": {"threads": 2, "survey_trials": 12, "train_epochs": 2, "dlg_steps": 30, "cosine_iterations": 300, "pixel_targets": 1,
+        "ci": {"threads": 1, "survey_trials": 12, "train_epochs": 2, "dlg_steps": 30, "cosine_iterations": 300, "pixel_targets": 1,
                "reduction_epochs": 10, "hybrid_iterations": 30, "artifact_batches": 5, "theorem1_trials": 4},
         "paper": {"threads": None, "survey_trials": 200, "train_epochs": 10, "dlg_steps": 300, "cosine_iterations": 4800, "pixel_targets": 16,
                   "reduction_epochs": 40, "hybrid_iterations": 100, "artifact_batches": 10, "theorem1_trials": 20},

@@ -280,6 +280,10 @@ def write_text_atomically(path: Path, text: str) -> None:
 # -------------------------------------------------------------------------------------- execution
 
 
+#: glibc's allocator settings for the kernels: blocks up to 32 MiB (its largest threshold) from the heap, never trimmed.
+MALLOC_SETTINGS = {"MALLOC_MMAP_THRESHOLD_": str(2**25), "MALLOC_TRIM_THRESHOLD_": str(2**36)}
+
+
 @contextlib.contextmanager
 def kernel_env(profile: str = DEFAULT_PROFILE, environment: dict | None = None):
     """The environment every kernel runs in: papermill's here, nbval's in ``gradcore check``.
@@ -292,7 +296,11 @@ def kernel_env(profile: str = DEFAULT_PROFILE, environment: dict | None = None):
     os.environ.update(environment or {})
     os.environ["GRADCORE_PROFILE"] = profile
     os.environ.setdefault("PYTHONHASHSEED", "0")
-    os.environ.setdefault("OMP_NUM_THREADS", "2")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # glibc returns every large freed tensor to the system and faults its pages in again on the next
+    # allocation; keeping freed memory in the heap makes the chapters 3-8% faster (numbers unchanged).
+    for name, value in MALLOC_SETTINGS.items():
+        os.environ.setdefault(name, value)
     if os.environ.get("MPLBACKEND", "").lower() in ("agg", "module://agg"):
         del os.environ["MPLBACKEND"]
     try:
@@ -346,7 +354,7 @@ def _locate(root: Path, src: Path, nb, index: int, exc) -> str:
 
 def execute(root, chapter: str, profile: str = DEFAULT_PROFILE, parameters: dict | None = None,
             quiet: bool = False, output: Path | None = None, environment: dict | None = None,
-            smoke: bool = False) -> Path:
+            smoke: bool = False, cell_times: list | None = None) -> Path:
     """Execute one chapter; write and return its normalised notebook. Raises PipelineError.
 
     ``output``: write there instead of ``notebooks/`` and leave the Status page alone (a drift
@@ -354,7 +362,8 @@ def execute(root, chapter: str, profile: str = DEFAULT_PROFILE, parameters: dict
     (``ATEN_CPU_CAPABILITY``, ``MKL_CBWR``, ``GRADCORE_THREADS``: another float path).
     ``smoke``: the paper profile with every budget cut (``gradcore.papers.Paper.smoke``) and the
     claims shown but not asserted, written to ``_build/smoke/CHAPTER.ipynb`` by default: it proves
-    the paper's code paths run, and measures nothing.
+    the paper's code paths run, and measures nothing. ``cell_times``: a list to append one
+    ``(source cell index, first line, wall seconds)`` per executed code cell to.
     """
     if smoke:
         if profile != "paper":
@@ -383,6 +392,8 @@ def execute(root, chapter: str, profile: str = DEFAULT_PROFILE, parameters: dict
 
     def on_cell_executed(cell, cell_index, execute_reply):
         seconds = time.perf_counter() - started.pop(cell_index, time.perf_counter())
+        if cell_times is not None:
+            cell_times.append((source_index(cell_index), _first_line(cell.source), round(seconds, 2)))
         if seconds >= SLOW_CELL_SECONDS and not quiet:
             print(f"   {seconds:7.1f} s  cell {source_index(cell_index)}  `{_first_line(cell.source)}`", flush=True)
 
@@ -440,7 +451,7 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _device() -> dict:
+def machine() -> dict:
     """Where the numbers come from: torch version, device, CPU, torch's SIMD level and BLAS.
 
     The committed notebooks reproduce bit for bit only on the same float path; the Status page
@@ -479,7 +490,7 @@ def record(root, chapter: str, profile: str, injected: dict, seconds: float, pat
 
 def _record_locked(root: Path, status_path: Path, chapter: str, profile: str, injected: dict, seconds: float, path: Path) -> None:
     status = json.loads(status_path.read_text()) if status_path.exists() else {}
-    machine = _device()
+    found = machine()
     params = {k: v for k, v in injected.items() if k != "profile"}
     status.setdefault(chapter, {})[profile] = {
         "chapter": chapter,
@@ -489,7 +500,7 @@ def _record_locked(root: Path, status_path: Path, chapter: str, profile: str, in
         "seconds": round(seconds, 1),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "python": platform.python_version(),
-        **machine,
+        **found,
     }
     status = {c: dict(sorted(p.items())) for c, p in sorted(status.items())}
     write_text_atomically(status_path, json.dumps(status, indent=1, sort_keys=True) + "\n")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Generic, Iterator, TypeVar
 
-from .validation import GradcoreError
+from .errors import GradcoreError
 
 T = TypeVar("T")
 

@@ -31,22 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-
-class GradcoreError(Exception):
-    """Base of every error gradcore raises on purpose about its input."""
-
-
-class GradcoreValueError(GradcoreError, ValueError):
-    """An argument of the right kind with a wrong value: out of range, wrong shape, non-finite, inconsistent."""
-
-
-class GradcoreTypeError(GradcoreError, TypeError, ValueError):
-    """An argument of the wrong kind, or an option the function does not have.
-
-    Also a ``ValueError``: code written before these checks caught ``ValueError`` for every
-    refused input (gradcore raised it for a non-tensor gradient entry, for instance), and
-    keeps catching it.
-    """
+from .errors import GradcoreError, GradcoreTypeError, GradcoreValueError  # noqa: F401 (re-exported)
 
 
 # ----------------------------------------------------------------------------------

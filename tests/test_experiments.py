@@ -97,6 +97,10 @@ def test_batch_slowdown_counts_the_batch_and_each_sample_alone(digits):
     batch_steps, alone, result = experiments.batch_slowdown(case, 30.0, 60, 60, optimiser="gd", init="rand", lr=0.01)
     assert len(alone) == 1 and alone[0] == batch_steps  # a batch of one is its own sample alone
     assert batch_steps is not None and 0 < batch_steps <= 60 and len(result.snapshots) == 61
+    # The budgets are the attack's: the batch runs 60 steps (not the attack's default 300), each sample alone 5.
+    assert result.history["iteration"][-1] == 60
+    _, alone, _ = experiments.batch_slowdown(case, 300.0, 60, 5, optimiser="gd", init="rand", lr=0.01)
+    assert alone == [None]
 
 
 def test_perturbation_sweep_averages_batches_and_figure5_artifact_keeps_the_gradient():

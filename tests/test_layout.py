@@ -12,7 +12,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "gradcore"
 
 #: Imports made inside a function on purpose, and why.
-LAZY = {("gradcore.cli", "gradcore.fixtures"): "the command line starts without torch; fixtures need it"}
+LAZY: dict = {}
 
 
 def modules() -> dict[str, Path]:

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from gradcore import models
+from gradcore.validation import GradcoreTypeError, GradcoreValueError
 
 #: Small but valid settings per registered model: (input shape, options).
 SETTINGS = {
@@ -156,3 +157,18 @@ def test_fcn_and_hybrid_cnn_seed_the_global_generator_and_repeat():
     assert [type(m).__name__ for m in first] == ["Flatten", "Linear", "ReLU", "Linear", "ReLU", "Linear"]
     cnn = models.hybrid_cnn((3, 8, 8), 5, channels=4, width=12, seed=1)
     assert cnn(torch.rand(2, 3, 8, 8)).shape == (2, 5)
+
+
+def test_a_model_named_with_its_options_is_that_model_configured():
+    assert models.parse("resnet(width=8)") == ("resnet", {"width": 8})
+    assert models.parse("lenet") == ("lenet", {})
+    narrow = models.build("resnet(width=8)", (3, 32, 32), 10, seed=0)
+    same = models.build("resnet", (3, 32, 32), 10, seed=0, width=8)
+    assert all(torch.equal(a, b) for a, b in zip(narrow.state_dict().values(), same.state_dict().values()))
+    for bad in ("resnet(8)", "resnet(width=8", "resnet(width=wide)", "resnet(width=8)(1)"):
+        with pytest.raises(GradcoreValueError, match="neither a registered name"):
+            models.build(bad, (3, 32, 32), 10)
+    with pytest.raises(GradcoreValueError, match="width given twice"):
+        models.build("resnet(width=8)", (3, 32, 32), 10, width=4)
+    with pytest.raises(GradcoreTypeError, match="registry name"):
+        models.build(8, (3, 32, 32), 10)

@@ -491,3 +491,36 @@ def test_tolerances_are_synced_without_re_executing(repo):
     (repo / "book" / "tiny.md").write_text(declared.replace("n = 3", "n = 4"))
     with pytest.raises(pipeline.PipelineError, match="beyond tolerances"):
         pipeline.sync_tolerances(repo)
+
+
+# ---------------------------------------------------------------------------------- the job lists
+
+
+def test_test_command_schedules_every_check_as_single_threaded_jobs(repo):
+    write_fake_executed(repo)
+    (repo / "book" / "other.md").write_text(TINY.replace("# A tiny chapter", "# Another"))
+    write_fake_executed(repo, "other")
+    check = cli.check_jobs(repo)
+    smoke = cli.smoke_jobs(repo, repo / "data")
+    names = [job.name for job in smoke + check]
+    assert names == ["smoke fixtures", "smoke other", "smoke tiny", "nbval other", "nbval tiny",
+                     "jupyter-book build -W", "browser check"]
+    by_name = {job.name: job for job in smoke + check}
+    assert by_name["browser check"].after == ("jupyter-book build -W",)
+    assert by_name["smoke tiny"].after == ("smoke fixtures",)
+    assert by_name["smoke tiny"].environment["GRADCORE_DATA"] == str(repo / "data")
+    # nbval's kernels see what papermill's saw: the ci profile, the hash seed, no Agg backend.
+    environment = by_name["nbval tiny"].environment
+    assert environment["GRADCORE_PROFILE"] == "ci" and environment["PYTHONHASHSEED"] == "0"
+    assert environment["MPLBACKEND"] is None
+    assert "gradcore.nbval_tolerance" in by_name["nbval tiny"].command
+    assert "gradcore.nbval_tolerance" not in cli.check_jobs(repo, exact=True)[0].command
+
+
+def test_chapter_jobs_start_the_slowest_chapter_first(repo):
+    (repo / "notebooks" / "status.json").write_text(json.dumps({"tiny": {"ci": {"seconds": 300.0}}}))
+    (repo / "book" / "other.md").write_text(TINY)
+    jobs_ = cli.chapter_jobs(repo, pipeline.chapters(repo), {"seed": 3}, repo / "out", "seed 3:")
+    assert {job.name: job.estimate for job in jobs_} == {"seed 3: other": 60.0, "seed 3: tiny": 300.0}
+    command = jobs_[1].command
+    assert command[-6:] == ["tiny", "-p", "seed", "3", "--output", str(repo / "out" / "tiny.ipynb")]

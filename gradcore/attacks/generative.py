@@ -75,11 +75,14 @@ def population_distance(observation: Observation, labels: torch.Tensor) -> Calla
     parameters = {name: p.detach() for name, p in network.named_parameters() if p.requires_grad}
     buffers = {name: b.detach() for name, b in network.named_buffers()}
     loss_function = grads.loss_function(observation.loss)
-    target = [t.detach() for t in observation.gradient]
+    # The target as one vector, and its norm, once: each member's gradient is then one dot product away.
+    target = torch.cat([t.detach().reshape(-1) for t in observation.gradient])
+    target_norm = target.norm()
 
     def distance(images: torch.Tensor) -> torch.Tensor:
         candidate = grad(lambda p: loss_function(functional_call(network, (p, buffers), (images,)), labels))(parameters)
-        return cosine_distance([candidate[name] for name in names], target)
+        flat = torch.cat([candidate[name].reshape(-1) for name in names])
+        return 1 - flat.dot(target) / (flat.norm() * target_norm + 1e-12)
 
     return vmap(distance)
 

@@ -91,11 +91,12 @@ def batch_slowdown(case: Scenario, threshold: float, iterations: int, alone_iter
     gets there within ``iterations``), the list of steps alone, and the batch's result
     (with a snapshot at every step).
     """
-    batch = case.attack(attack, snapshots=range(iterations + 1), **config)
+    batch = case.attack(attack, iterations=iterations, snapshots=range(iterations + 1), **config)
     alone = []
     for index in range(case.batch_size):
         single = case.alone(index)
-        alone.append(steps_to_psnr(single.attack(attack, snapshots=range(alone_iterations + 1), **config), single.inputs, threshold))
+        run = single.attack(attack, iterations=alone_iterations, snapshots=range(alone_iterations + 1), **config)
+        alone.append(steps_to_psnr(run, single.inputs, threshold))
     return steps_to_psnr(batch, case.inputs, threshold), alone, batch
 
 

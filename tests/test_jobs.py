@@ -1,0 +1,73 @@
+"""gradcore.jobs: processes run several at once, single-threaded, longest first, after their dependencies."""
+
+import sys
+
+import pytest
+
+from gradcore import jobs
+
+
+def python(code: str) -> list:
+    return [sys.executable, "-c", code]
+
+
+def test_jobs_run_with_one_thread_and_report_their_output_and_cpu(tmp_path):
+    lines = []
+    outcomes = jobs.run([jobs.Job("busy", python("import os\nx = sum(i * i for i in range(3_000_000))\n"
+                                                 "print('threads', os.environ['OMP_NUM_THREADS'], os.environ['MKL_NUM_THREADS'])"))],
+                        workers=1, log_dir=tmp_path, echo=lines.append)
+    (outcome,) = outcomes
+    assert outcome.status == "done" and outcome.returncode == 0
+    assert "threads 1 1" in outcome.log
+    assert outcome.cpu > 0.05  # the child's own CPU time, from wait4
+    assert any("threads 1 1" in line for line in lines) and any(line.startswith("-- busy: done") for line in lines)
+
+
+def test_longest_job_starts_first_and_dependants_wait(tmp_path):
+    marker = tmp_path / "order.txt"
+    append = "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')"
+    job_list = [jobs.Job("short", python(append) + [str(marker), "short"], estimate=1),
+                jobs.Job("long", python(append) + [str(marker), "long"], estimate=100),
+                jobs.Job("after", python(append) + [str(marker), "after"], estimate=500, after=("short", "long"))]
+    jobs.run(job_list, workers=1, log_dir=tmp_path, echo=lambda line: None)
+    assert marker.read_text().split() == ["long", "short", "after"]
+
+
+def test_a_failed_job_skips_its_dependants_and_not_the_others(tmp_path):
+    job_list = [jobs.Job("fails", python("raise SystemExit(3)")),
+                jobs.Job("needs it", python("print('never')"), after=("fails",)),
+                jobs.Job("independent", python("print('ran')"))]
+    outcomes = {o.name: o for o in jobs.run(job_list, workers=2, log_dir=tmp_path, echo=lambda line: None)}
+    assert outcomes["fails"].status == "FAILED" and outcomes["fails"].returncode == 3
+    assert outcomes["needs it"].status == "skipped"
+    assert outcomes["independent"].status == "done" and "ran" in outcomes["independent"].log
+
+
+def test_environment_adds_and_removes_variables(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADCORE_TEST_GONE", "here")
+    code = "import os; print(os.environ.get('GRADCORE_TEST_GONE'), os.environ.get('GRADCORE_TEST_NEW'))"
+    (outcome,) = jobs.run([jobs.Job("env", python(code), environment={"GRADCORE_TEST_GONE": None, "GRADCORE_TEST_NEW": "x"})],
+                          workers=1, log_dir=tmp_path, echo=lambda line: None)
+    assert "None x" in outcome.log
+
+
+def test_bad_job_lists_are_refused():
+    with pytest.raises(ValueError, match="unique"):
+        jobs.run([jobs.Job("a", python("")), jobs.Job("a", python(""))], workers=1)
+    with pytest.raises(ValueError, match="unknown jobs: b"):
+        jobs.run([jobs.Job("a", python(""), after=("b",))], workers=1)
+
+
+def test_default_workers_reads_the_variable(monkeypatch):
+    monkeypatch.setenv(jobs.JOBS_VARIABLE, "3")
+    assert jobs.default_workers() == 3
+    monkeypatch.setenv(jobs.JOBS_VARIABLE, "0")
+    with pytest.raises(ValueError, match="GRADCORE_JOBS"):
+        jobs.default_workers()
+    monkeypatch.delenv(jobs.JOBS_VARIABLE)
+    assert jobs.default_workers() >= 1
+
+
+def test_summary_lists_every_job_and_the_total():
+    text = jobs.summary([jobs.Outcome("a", "done", 2.0, 1.5), jobs.Outcome("b", "FAILED", 1.0, 0.5)], wall=2.5)
+    assert text.splitlines()[1].startswith("a ") and "FAILED" in text and text.splitlines()[-1].split()[-2:] == ["2.5", "2.0"]
