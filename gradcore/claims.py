@@ -12,8 +12,20 @@ import math
 import re
 from dataclasses import dataclass
 
+import os
+
 from .papers import smoke_run
 from .reproducibility import TABLE_MIME
+
+#: Set (to 1) by ``gradcore seeds``: every claim is computed and shown with its verdict ("NO" where it
+#: fails), and ``Claims.check()`` reports the failures instead of raising, so one failing claim does
+#: not hide how the chapter's other claims fared at that seed.
+REPORT_VARIABLE = "GRADCORE_CLAIMS_REPORT"
+
+
+def report_only() -> bool:
+    """True when claims are reported, not asserted (see :data:`REPORT_VARIABLE`)."""
+    return os.environ.get(REPORT_VARIABLE, "").strip() not in ("", "0")
 
 
 def format_value(value) -> str:
@@ -67,6 +79,20 @@ class Claim:
     #: How far the measured value is from failing the test, in the claim's own unit (positive while
     #: it holds); a string where the test is not a distance (a categorical verdict).
     margin: object = None
+
+
+def wilson(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a rate ``successes / trials`` (95% for ``z = 1.96``).
+
+    Unlike the normal approximation it stays inside [0, 1] and is sound at rates near 0 or 1
+    (Wilson, JASA 1927; Brown, Cai and DasGupta, Stat. Sci. 2001).
+    """
+    if trials < 1 or not 0 <= successes <= trials:
+        raise ValueError(f"need 0 <= successes <= trials and trials >= 1, got {successes} of {trials}")
+    rate = successes / trials
+    centre = (rate + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z / (1 + z * z / trials) * math.sqrt(rate * (1 - rate) / trials + z * z / (4 * trials * trials))
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def _gap(high, low):
@@ -133,6 +159,17 @@ class Claims:
         self.add(claim, paper, reproduced, distance <= tolerance, f"within {format_value(tolerance)} of paper",
                  _gap(tolerance, distance))
 
+    def rate_at_least(self, claim: str, paper, successes: int, trials: int, bound: float) -> None:
+        """A claim about a method over random draws: its success rate, stated with its 95% interval.
+
+        Holds when the interval's lower end reaches ``bound``: a rate that clears the bar only by
+        the luck of this sample of draws does not pass. The margin is that lower end minus
+        ``bound``.
+        """
+        low, high = wilson(successes, trials)
+        shown = f"{successes} of {trials} ({successes / trials:.0%}; 95% CI {low:.0%}-{high:.0%})"
+        self.add(claim, paper, shown, low >= bound, f"95% CI above {bound:.0%}", low - bound)
+
     def less(self, claim: str, paper, smaller: float, larger: float, names: tuple[str, str] = ("a", "b")) -> None:
         """An ordering the paper claims: ``smaller < larger``."""
         self.add(claim, paper, f"{names[0]} {format_value(smaller)} < {names[1]} {format_value(larger)}", _holds(lambda: smaller < larger),
@@ -166,6 +203,10 @@ class Claims:
         if self.smoke:
             print(f"smoke run: {len(self.rows)} claims computed, not asserted ({len(self.failures)} would not hold "
                   "at these budgets)")
+            return self
+        if self.failures and report_only():
+            print(f"{len(self.failures)} of {len(self.rows)} claims do not hold (reported, not asserted: "
+                  f"{REPORT_VARIABLE} is set)")
             return self
         if self.failures:
             lines = "; ".join(f"{row.claim} (paper {format_value(row.paper)}, reproduced {format_value(row.reproduced)}, {row.test})"
@@ -244,6 +285,30 @@ def claims_in_notebook(path) -> list[dict]:
             if table and "holds" in table.get("header", []):
                 found.append(table)
     return found
+
+
+def seed_summary(runs: dict) -> list[dict]:
+    """Per claim, at how many of the seeds tried it held: ``runs`` maps a seed to a notebook's claims tables.
+
+    A claim is identified by its table and its position there (its wording may carry the
+    seed's numbers). Returns one record per claim: ``table``, ``claim`` (its wording at the
+    first seed), ``held`` (seeds where it held), ``not reproduced``, ``failed`` (seeds where
+    it did not hold) and ``missing`` (seeds whose run ended before it).
+    """
+    records: dict = {}
+    seeds = sorted(runs)
+    for seed in seeds:
+        for table in runs[seed]:
+            holds = table["header"].index("holds")
+            for position, row in enumerate(table["rows"]):
+                record = records.setdefault((table["title"], position), {
+                    "table": table["title"], "claim": row[0], "held": [], "not reproduced": [], "failed": []})
+                verdict = row[holds]
+                key = "held" if verdict == "yes" else "not reproduced" if verdict == "n/a" else "failed"
+                record[key].append(seed)
+    for record in records.values():
+        record["missing"] = [s for s in seeds if s not in record["held"] + record["not reproduced"] + record["failed"]]
+    return list(records.values())
 
 
 def tightest_rows(table: dict, count: int = 3) -> list[tuple[str, str, str]]:

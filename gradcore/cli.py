@@ -343,37 +343,57 @@ SEEDS_DIR = Path("notebooks") / "seeds"
 
 
 def cmd_seeds(root: Path, args) -> int:
-    """Execute chapters (ci) with other seeds into notebooks/seeds/seed-N/ and summarise their claims.
+    """Execute chapters (ci) with other seeds into notebooks/seeds/seed-N/ and count, per claim, the seeds it held at.
 
-    A chapter asserts its claims, so a run that fails is a claim that does not hold at that seed;
-    a run that passes shows how close its rows came to failing (their margins).
+    Claims are reported, not asserted, in these runs (``claims.REPORT_VARIABLE``): a chapter
+    runs to its end, and every claim gets a verdict at every seed. The per-chapter counts go
+    to ``notebooks/seeds.json`` (merged with earlier runs of other chapters), which the Status
+    page shows.
     """
-    started = time.time()
+    import json
+
     names = args.chapter or list(pipeline.chapters(root))
+    started = time.time()
+    report = {claims.REPORT_VARIABLE: "1"}
     job_list = [job for seed in args.seeds
-                for job in chapter_jobs(root, names, {"seed": seed}, root / SEEDS_DIR / f"seed-{seed}", f"seed {seed}:")]
+                for job in chapter_jobs(root, names, {"seed": seed}, root / SEEDS_DIR / f"seed-{seed}", f"seed {seed}:",
+                                        environment=report)]
     try:
         run_jobs(root, job_list, args.jobs, f"chapters at seeds {', '.join(map(str, args.seeds))}")
     except pipeline.PipelineError as exc:
         print(exc)
-    failed = []
-    for seed in args.seeds:
-        out = root / SEEDS_DIR / f"seed-{seed}"
-        for chapter in names:
-            path = out / f"{chapter}.ipynb"
-            if not path.exists() or path.stat().st_mtime < started:
-                failed.append((chapter, seed))
-                print(f"   {chapter} seed {seed}: FAILED (see its job's output above)")
-                continue
-            for table in claims.claims_in_notebook(path):
-                verdicts = [row[table["header"].index("holds")] for row in table["rows"]]
-                print(f"   {chapter} seed {seed}: {verdicts.count('yes')} of {len(verdicts)} rows hold, "
-                      f"{verdicts.count('n/a')} not reproduced; tightest margins:")
-                for claim, verdict, margin in claims.tightest_rows(table):
-                    print(f"      {margin:>12}  {verdict:<4} {claim[:90]}")
-    print("\nevery claim held at every seed" if not failed else
-          "\nclaims failed: " + ", ".join(f"{chapter} (seed {seed})" for chapter, seed in failed))
-    return 1 if failed else 0
+    summary_path = root / "notebooks" / "seeds.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    shaky = 0
+    for chapter in names:
+        runs = {}
+        for seed in args.seeds:
+            path = root / SEEDS_DIR / f"seed-{seed}" / f"{chapter}.ipynb"
+            if path.exists() and path.stat().st_mtime >= started:
+                runs[seed] = claims.claims_in_notebook(path)
+        records = claims.seed_summary(runs)
+        everywhere = [r for r in records if len(r["held"]) == len(args.seeds)]
+        never_asserted = [r for r in records if len(r["not reproduced"]) == len(args.seeds)]
+        failing = [r for r in records if r["failed"] or r["missing"]]
+        shaky += len(failing) + (len(runs) < len(args.seeds))
+        print(f"\n== {chapter}: {len(runs)} of {len(args.seeds)} runs completed; {len(everywhere)} of {len(records)} claims "
+              f"held at every seed, {len(never_asserted)} not reproduced at every seed")
+        for record in records:
+            verdicts = f"held {len(record['held'])}, not reproduced {len(record['not reproduced'])}"
+            if record["failed"] or record["missing"]:
+                print(f"   FAILED at seeds {record['failed'] + record['missing']} ({verdicts}): {record['claim'][:100]}")
+        summary[chapter] = {"seeds": list(args.seeds), "runs completed": len(runs), "claims": len(records),
+                            "held at every seed": len(everywhere), "not reproduced at every seed": len(never_asserted),
+                            "failed somewhere": [{"claim": r["claim"], "failed": r["failed"], "missing": r["missing"]}
+                                                 for r in failing],
+                            "date": time.strftime("%Y-%m-%d", time.gmtime())}
+    pipeline.write_text_atomically(summary_path, json.dumps(dict(sorted(summary.items())), indent=1) + "\n")
+    status_path = root / "notebooks" / "status.json"
+    if status_path.exists():
+        pipeline.write_status_page(root, json.loads(status_path.read_text()))
+    print(f"\nwrote {summary_path.relative_to(root)}")
+    print("\nevery claim held at every seed" if not shaky else f"\n{shaky} claim(s) or run(s) did not hold at every seed")
+    return 1 if shaky else 0
 
 
 def _drift_report(root: Path, labels: list[str]) -> int:

@@ -21,7 +21,7 @@ import numpy as np
 from torch import nn
 
 from .registry import Registry
-from .validation import GradcoreValueError
+from .validation import AttackRefused, GradcoreValueError
 
 
 class Activation(NamedTuple):
@@ -339,7 +339,7 @@ def linear_layers(model: nn.Module) -> tuple[list[tuple[int, nn.Linear]], str, b
     not fit.
     """
     if not isinstance(model, nn.Sequential):
-        raise GradcoreValueError("needs an nn.Sequential of Flatten, Linear and activation modules, "
+        raise AttackRefused("needs an nn.Sequential of Flatten, Linear and activation modules, "
                                  f"got a {type(model).__name__}")
     modules = list(model)
     position = 0
@@ -351,20 +351,20 @@ def linear_layers(model: nn.Module) -> tuple[list[tuple[int, nn.Linear]], str, b
         if isinstance(module, nn.Linear):
             if layers and not isinstance(modules[index - 1], tuple(_TORCH_ACTIVATIONS)):
                 if len(layers) != 1:
-                    raise GradcoreValueError(f"module {index} is a Linear straight after a Linear: only the first two "
+                    raise AttackRefused(f"module {index} is a Linear straight after a Linear: only the first two "
                                              "Linear layers may meet without an activation (exclusivity reduction)")
                 first_activation = False
             layers.append((index, module))
         elif type(module) in _TORCH_ACTIVATIONS and layers and isinstance(modules[index - 1], nn.Linear):
             kinds.add(_TORCH_ACTIVATIONS[type(module)])
         else:
-            raise GradcoreValueError(f"module {index} is {type(module).__name__} where a Linear or an activation (ReLU, "
+            raise AttackRefused(f"module {index} is {type(module).__name__} where a Linear or an activation (ReLU, "
                                      "sigmoid, tanh) after a Linear was expected: an optional Flatten, then Linear "
                                      "layers with one kind of activation between them, ending on a Linear")
     if not layers or not isinstance(modules[-1], nn.Linear):
-        raise GradcoreValueError("the model must contain a Linear layer and end on one (a linear output feeding the loss)")
+        raise AttackRefused("the model must contain a Linear layer and end on one (a linear output feeding the loss)")
     if len(kinds) > 1:
-        raise GradcoreValueError(f"the model mixes activations ({', '.join(sorted(kinds))}); one kind is supported")
+        raise AttackRefused(f"the model mixes activations ({', '.join(sorted(kinds))}); one kind is supported")
     return layers, kinds.pop() if kinds else "relu", first_activation
 
 

@@ -22,3 +22,14 @@ class GradcoreTypeError(GradcoreError, TypeError, ValueError):
     refused input (gradcore raised it for a non-tensor gradient entry, for instance), and
     keeps catching it.
     """
+
+
+class AttackRefused(GradcoreValueError):
+    """An attack declines an observation that lies outside its assumptions, and says which.
+
+    A batch where it recovers one sample, a model it cannot read (no fully-connected first
+    layer, no ReLU, no bias), a gradient a defense has blocked (no row left to divide by), a
+    batch that is not insecure. An evaluation scores a refused case as the gray guess, what an
+    attacker who learned nothing submits (:func:`gradcore.evaluation.matrix`), and catches
+    nothing else: any other error inside an attack is a bug and stops the run.
+    """

@@ -27,6 +27,7 @@ from . import gradients as grads
 from . import metrics as quality
 from .attacks import attack
 from .claims import Table
+from .errors import AttackRefused
 from .scenarios import scenarios as draw_scenarios
 
 
@@ -205,6 +206,18 @@ class Evaluation:
         """MSE of the reconstruction over the gray guess's MSE: 1 or more, the attacker learned nothing."""
         return self.value(scenario, attack, defense, "mse") / self.reference.get(scenario, {}).get("mse", math.nan)
 
+    def case_to_gray(self, scenario: str, attack: str, defense: str) -> np.ndarray:
+        """Per case of the cell, the MSE of its reconstruction over the gray guess's MSE for that case.
+
+        :meth:`to_gray` divides means; this keeps the cases apart, for a claim stated as a rate or
+        a median over the private images.
+        """
+        cell = self.cell(scenario, attack, defense)
+        if cell is None:
+            raise ValueError(f"{attack!r} did not run against {defense!r} on {scenario!r}")
+        return np.array([float(quality.mse(reconstruction, truth).mean() / quality.mse(torch.full_like(truth, 0.5), truth).mean())
+                         for reconstruction, truth in zip(cell.reconstructions, self.truths[scenario])])
+
     def stopped(self, defense: str, level: float = 1.0, attacks: Sequence[str] | None = None) -> tuple[int, int]:
         """``(stopped, attacked)``: of the (scenario, attack) pairs run against ``defense``, how many
         end with an MSE of at least ``level`` times the gray guess's (``attacks`` limits the attacks)."""
@@ -302,8 +315,9 @@ def matrix(attacks: Mapping[str, Mapping], defenses: Mapping[str, Mapping], scen
         "labels": "known" or "hidden", "per_defense": {defense label: {**config}}, **config}}``;
         all but ``"attack"`` are optional. ``"per_defense"`` overrides the config against
         some defenses (an adaptive attacker imitating the defense it faces). Without
-        ``"scenarios"`` an attack runs wherever it applies (one that raises ``ValueError``
-        is recorded in ``skipped`` as not applicable); ``"defenses"`` limits it to some
+        ``"scenarios"`` an attack runs wherever it applies (one that refuses every case,
+        raising :class:`gradcore.errors.AttackRefused`, is recorded in ``skipped`` as not
+        applicable; any other error propagates: it is a bug, not a defense's win); ``"defenses"`` limits it to some
         defenses (an adaptive attack against its target); ``"labels": "hidden"`` withholds
         the labels, which DLG then learns and iDLG reads off the gradient.
     defenses : mapping
@@ -359,7 +373,7 @@ def matrix(attacks: Mapping[str, Mapping], defenses: Mapping[str, Mapping], scen
                                          progress=False, **config)
                         reconstruction = outcome.aligned(case.inputs).clamp(0, 1)
                         seconds += outcome.seconds
-                    except ValueError as error:  # refused: not applicable here, or defeated by this defense
+                    except AttackRefused as error:  # not applicable here, or defeated by this defense; anything else is a bug
                         errors.append(str(error))
                         reconstruction = torch.full_like(case.inputs, 0.5)
                     kept.append(reconstruction)

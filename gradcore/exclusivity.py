@@ -76,7 +76,7 @@ from .dense import DenseNetwork
 STATES = ("insecure", "secure", "neither")
 
 
-class NotInsecureError(check.GradcoreValueError):
+class NotInsecureError(check.AttackRefused):
     """The batch behind a gradient does not meet the insecure boundary condition; the message says where."""
 
 
@@ -137,7 +137,7 @@ def activation_patterns(network: DenseNetwork, inputs: np.ndarray, first_relu: b
     """
     _check_batch(network, inputs)
     if network.depth < 2:
-        raise check.GradcoreValueError("neuron exclusivity needs at least one hidden ReLU layer; the network is a single linear layer")
+        raise check.AttackRefused("neuron exclusivity needs at least one hidden ReLU layer; the network is a single linear layer")
     _, pre_activations = _forward(network, inputs, first_relu)
     patterns = [pre > 0 for pre in pre_activations[:-1]]
     if not first_relu:
@@ -269,7 +269,7 @@ def _attack_verdict(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarra
         return False, "the attack needs a ReLU after the first hidden layer; this network is reduced"
     try:
         recovery = reconstruct(network, dense.gradients(network, inputs, labels), len(inputs), tolerance)
-    except ValueError as error:
+    except (check.AttackRefused, np.linalg.LinAlgError) as error:  # declined, or an ill-conditioned solve
         outcome = f"the attack fails on this batch's gradient ({error})"
     else:
         error = worst_relative_error(recovery.inputs, inputs)
@@ -386,10 +386,10 @@ def _solve_rows(weight_gradient: np.ndarray, bias_gradient: np.ndarray, rows: np
 
 def _require_biases(network: DenseNetwork) -> None:
     if network.depth < 2:
-        raise check.GradcoreValueError("the exclusivity attack needs at least one hidden ReLU layer; the network is a single linear layer")
+        raise check.AttackRefused("the exclusivity attack needs at least one hidden ReLU layer; the network is a single linear layer")
     unbiased = [layer for layer in range(network.depth - 1) if network.biases[layer] is None]
     if unbiased:
-        raise check.GradcoreValueError(f"hidden layer(s) {unbiased} have no bias: gradcore's exclusivity attack divides by the bias "
+        raise check.AttackRefused(f"hidden layer(s) {unbiased} have no bias: gradcore's exclusivity attack divides by the bias "
                                        "gradient of every hidden layer (the paper's bias-free calibration is not implemented)")
 
 
@@ -429,7 +429,7 @@ def reconstruct(network: DenseNetwork, layer_gradients: Sequence, batch_size: in
     depth, hidden = network.depth, network.depth - 1
     groups = loss_groups(gradients[-1][0], tolerance)
     if len(groups) > batch_size:
-        raise check.GradcoreValueError(f"{len(groups)} groups of parallel loss columns at the last ReLU layer, more than the batch size "
+        raise check.AttackRefused(f"{len(groups)} groups of parallel loss columns at the last ReLU layer, more than the batch size "
                                        f"{batch_size}: the batch size given is wrong, the loss is not cross-entropy, or the samples' loss "
                                        "vectors p - onehot(y) are so small (a confidently fit sample) or so nearly parallel that shared "
                                        "columns group spuriously at this tolerance (analyse(..., labels=...) names them)")
@@ -546,7 +546,7 @@ def survey(network: DenseNetwork, images: np.ndarray, labels: np.ndarray, batch_
                 error = worst_relative_error(recovery.inputs, batch)
                 success = error < exact and sorted(recovery.labels.tolist()) == sorted(batch_labels.tolist())
                 worst = max(worst, error) if success else worst
-            except ValueError:  # NotInsecureError, or an ill-conditioned gradient (see loss_groups): a failure either way
+            except (check.AttackRefused, np.linalg.LinAlgError):  # not insecure, or ill-conditioned: a failure either way
                 pass
             recovered += success
             disagreements += success != report.insecure

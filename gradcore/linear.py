@@ -52,6 +52,66 @@ def batch_mixture(weight_gradient: np.ndarray, bias_gradient: float) -> np.ndarr
     return closed_form(weight_gradient, bias_gradient)
 
 
+def matching_curvature(weight: np.ndarray, weight_gradient: np.ndarray, bias_gradient: float) -> float:
+    """An upper bound on the curvature of DLG's matching distance at the private input (B = 1).
+
+    DLG descends on ``D(x) = ||r(x) x - dW||^2 + (r(x) - db)^2`` with ``r(x) = W . x + b - y``.
+    At the private input its Gauss-Newton Hessian is ``2 J^T J`` with ``J = [r I + x W^T; W^T]``,
+    whose largest eigenvalue is at most ``2 ((|r| + ||x|| ||W||)^2 + ||W||^2)``. The server
+    reads ``|r| = |db|`` and ``||x|| = ||dW|| / |db|`` off the shared gradient, so it can bound
+    the curvature without knowing the input.
+    """
+    if bias_gradient == 0:
+        raise ValueError("the bias gradient is zero (the sample is fitted exactly): no curvature to bound")
+    residual = abs(bias_gradient)
+    input_norm = float(np.linalg.norm(weight_gradient)) / residual
+    weight_norm = float(np.linalg.norm(weight))
+    return 2 * ((residual + input_norm * weight_norm) ** 2 + weight_norm ** 2)
+
+
+def step_size(weight: np.ndarray, weight_gradient: np.ndarray, bias_gradient: float, fraction: float = 0.5) -> float:
+    """The gradient-descent step ``fraction * 2 / L`` for DLG on the linear unit (B = 1).
+
+    ``L`` is :func:`matching_curvature`; below ``2 / L`` gradient descent is stable near the
+    private input, for any digit and any draw of the unit's weights. A fixed step is not:
+    0.01 locked onto only 26 of 40 random digits within 400 steps, and 0.03 diverged on 22
+    (gradcore's measurement, seeds 0-39), because the curvature varies eightfold between draws.
+    """
+    if not 0 < fraction < 1:
+        raise ValueError(f"fraction must lie in (0, 1), got {fraction}")
+    return fraction * 2.0 / matching_curvature(weight, weight_gradient, bias_gradient)
+
+
+def descent(weights: np.ndarray, biases: np.ndarray, targets: np.ndarray, weight_gradients: np.ndarray,
+            bias_gradients: np.ndarray, starts: np.ndarray, steps: np.ndarray, iterations: int,
+            truth: np.ndarray | None = None):
+    """DLG's gradient descent on the linear unit (B = 1) for many draws at once.
+
+    Row ``n`` of every argument is one draw: the unit ``(W_n, b_n)``, the sample's target
+    ``y_n``, the shared gradient ``(dW_n, db_n)``, the dummy's start and the step. Each step
+    is ``x <- x - step * dD/dx`` with ``dD/dx = 2 (r e_W + (x . e_W) W + e_b W)``, where
+    ``e_W = r x - dW`` and ``e_b = r - db`` are the gradient mismatches: exactly what the
+    torch attack (``gradcore.attack("dlg", optimiser="gd")``) differentiates, in float64.
+
+    Returns the final dummies ``(N, D)``; with ``truth`` (the private inputs), also the MSE of
+    every draw after every step, ``(iterations + 1, N)`` (infinite once a draw overflows).
+    """
+    dummies = np.array(starts, dtype=np.float64)
+    steps = np.broadcast_to(np.asarray(steps, dtype=np.float64), (len(dummies),))[:, None]
+    history = [] if truth is None else [((dummies - truth) ** 2).mean(axis=1)]
+    with np.errstate(over="ignore", invalid="ignore"):  # a draw past its stable step overflows; the others go on
+        for _ in range(iterations):
+            residual = np.einsum("nd,nd->n", dummies, weights) + biases - targets
+            error_weight = residual[:, None] * dummies - weight_gradients
+            error_bias = residual - bias_gradients
+            along = np.einsum("nd,nd->n", dummies, error_weight)
+            direction = 2 * (residual[:, None] * error_weight + (along + error_bias)[:, None] * weights)
+            dummies = dummies - steps * direction
+            if truth is not None:
+                history.append(np.nan_to_num(((dummies - truth) ** 2).mean(axis=1), nan=np.inf))
+    return dummies if truth is None else (dummies, np.stack(history))
+
+
 def finite_difference(function, point: np.ndarray, step: float = 1e-6) -> np.ndarray:
     """Central differences of a scalar ``function`` at ``point`` (for checking gradients)."""
     point = np.asarray(point, dtype=np.float64)

@@ -129,7 +129,7 @@ def first_layer_inversion(weight_gradient, bias_gradient, tolerance: float = 1e-
         raise check.GradcoreValueError("the first layer's gradient has NaN or infinite entries")
     magnitude = np.abs(bias_gradient)
     if magnitude.max() == 0:
-        raise check.GradcoreValueError(f"blocked: all {len(bias_gradient)} rows of the first hidden layer's bias gradient are zero (dead or "
+        raise check.AttackRefused(f"blocked: all {len(bias_gradient)} rows of the first hidden layer's bias gradient are zero (dead or "
                                        "saturated units, or a zero loss derivative): no row carries the input")
     usable = magnitude > tolerance * magnitude.max()
     dead = int((magnitude == 0).sum())
@@ -139,7 +139,7 @@ def first_layer_inversion(weight_gradient, bias_gradient, tolerance: float = 1e-
     scale = np.abs(weight_gradient).max()
     residual = float(np.abs(weight_gradient - np.outer(bias_gradient, recovered)).max() / scale) if scale > 0 else 0.0
     if check_single and residual > 1e-6:
-        raise check.GradcoreValueError(f"the gradient is not one instance's: dW differs from outer(db, x) by {residual:.2g} (relative); "
+        raise check.AttackRefused(f"the gradient is not one instance's: dW differs from outer(db, x) by {residual:.2g} (relative); "
                                        "a batch needs hidden units >= batch size and an optimisation (see regularised_matching)")
     return Inversion(recovered, rows, dead, int(len(bias_gradient) - dead - len(rows)), residual)
 
@@ -158,10 +158,10 @@ def first_layer_gradients(model: nn.Module, gradient: Sequence[torch.Tensor], af
             seen = True
         if seen and isinstance(module, nn.Linear):
             if module.bias is None:
-                raise check.GradcoreValueError("the closed form needs a bias in the first fully-connected layer")
+                raise check.AttackRefused("the closed form needs a bias in the first fully-connected layer")
             pick = lambda p: tuple(gradient)[grads.parameter_index(model, p)].detach().double().cpu().numpy()
             return pick(module.weight), pick(module.bias)
-    raise check.GradcoreValueError("the model has no fully-connected layer" + (f" after a {after.__name__}" if after else ""))
+    raise check.AttackRefused("the model has no fully-connected layer" + (f" after a {after.__name__}" if after else ""))
 
 
 # ----------------------------------------------------------------------------------
@@ -381,11 +381,11 @@ def deconvolve(layer: nn.Conv2d, activated: np.ndarray, activation: str, width: 
     target = ACTIVATION_FUNCTIONS[activation].inverse(activated) - np.repeat(bias, matrix.shape[0] // layer.out_channels)
     usable = np.isfinite(target)
     if not usable.any():
-        raise check.GradcoreValueError("blocked: every convolution output is saturated or inactive, so none can be inverted")
+        raise check.AttackRefused("blocked: every convolution output is saturated or inactive, so none can be inverted")
     system, target = matrix[usable], target[usable]
     rank, least_squares, largest = svd_solve(system, target)
     if largest == 0:
-        raise check.GradcoreValueError("blocked: every usable convolution output sees only the zero padding, so its equation "
+        raise check.AttackRefused("blocked: every usable convolution output sees only the zero padding, so its equation "
                                        "carries nothing about the input")
     if method == "auto":
         method = "lstsq" if rank == matrix.shape[1] else "optimise"
@@ -414,12 +414,12 @@ def _conv_and_activation(model: nn.Module) -> tuple[nn.Conv2d, str]:
     modules = list(model.modules())
     convs = [m for m in modules if isinstance(m, nn.Conv2d)]
     if len(convs) != 1:
-        raise check.GradcoreValueError(f"the two-step attack handles one convolutional layer, the model has {len(convs)}")
+        raise check.AttackRefused(f"the two-step attack handles one convolutional layer, the model has {len(convs)}")
     index = modules.index(convs[0])
     names = {nn.Sigmoid: "sigmoid", nn.ReLU: "relu", nn.Tanh: "tanh"}
     following = next((names.get(type(m)) for m in modules[index + 1:] if type(m) in names), None)
     if following is None:
-        raise check.GradcoreValueError("the convolution must be followed by a sigmoid, ReLU or tanh activation")
+        raise check.AttackRefused("the convolution must be followed by a sigmoid, ReLU or tanh activation")
     return convs[0], following
 
 
@@ -470,7 +470,7 @@ def batch_span_residual(weight_gradient: np.ndarray, inputs: np.ndarray, toleran
         raise check.GradcoreValueError(f"inputs of size {inputs.shape[1]} do not fit a gradient taking {weight_gradient.shape[1]}")
     _, singular, vt = (t.numpy() for t in _svd(weight_gradient))
     if singular.size == 0 or singular[0] == 0:
-        raise check.GradcoreValueError("the weight gradient is zero: it spans nothing")
+        raise check.AttackRefused("the weight gradient is zero: it spans nothing")
     basis = vt[singular > tolerance * singular[0]]
     residual = inputs - (inputs @ basis.T) @ basis
     return float((np.linalg.norm(residual, axis=1) / np.linalg.norm(inputs, axis=1)).max())

@@ -529,7 +529,29 @@ def write_status_page(root, status: dict) -> None:
                 f"{r['device']} | {r.get('cpu', 'not recorded')} | {r.get('capability', '?')} / {r.get('blas', '?')} | "
                 f"{r.get('float_path', 'not recorded')} | {r['python']} / {r['torch']} |"
             )
+    rows += _seed_rows(Path(root) / "notebooks" / "seeds.json")
     write_text_atomically(Path(root) / "notebooks" / "status.md", "\n".join(rows) + "\n")
+
+
+def _seed_rows(path: Path) -> list[str]:
+    """The Status page's section on other seeds, from ``gradcore seeds`` (notebooks/seeds.json)."""
+    if not path.exists():
+        return []
+    summary = json.loads(path.read_text())
+    rows = ["", "## Claims at other seeds", "",
+            "`gradcore seeds SEED ...` reruns the chapters with other seeds, claims reported rather than",
+            "asserted, and counts per claim the seeds it held at. A claim that fails at any seed tried is",
+            "named below.", "",
+            "| Chapter | Seeds tried | Runs completed | Claims | Held at every seed | Not reproduced at every seed | Failed at some seed | Date |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    failures = []
+    for chapter, record in summary.items():
+        failed = record["failed somewhere"]
+        rows.append(f"| {chapter} | {', '.join(map(str, record['seeds']))} | {record['runs completed']} | {record['claims']} | "
+                    f"{record['held at every seed']} | {record['not reproduced at every seed']} | {len(failed)} | {record['date']} |")
+        failures += [f"- {chapter}: {item['claim']} (failed at seeds {', '.join(map(str, item['failed'] + item['missing']))})"
+                     for item in failed]
+    return rows + ([""] + failures if failures else [])
 
 
 # -------------------------------------------------------------------------------------- freshness

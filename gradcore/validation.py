@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .errors import GradcoreError, GradcoreTypeError, GradcoreValueError  # noqa: F401 (re-exported)
+from .errors import AttackRefused, GradcoreError, GradcoreTypeError, GradcoreValueError  # noqa: F401 (re-exported)
 
 
 # ----------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ from torch import nn
 
 from .dense import (DenseNetwork, LayerGradients, check_batch, check_gradients, check_inputs, flatten_gradients,
                     forward, gradients, linear_layers, loss_value, per_sample_sensitivities, random_network, scale_gradients, softmax)
-from .validation import GradcoreValueError
+from .validation import AttackRefused, GradcoreValueError
 
 # ----------------------------------------------------------------------------------
 # The walk-back
@@ -102,7 +102,7 @@ class WalkBackResult:
     def require(self):
         """The reconstruction, or a ``ValueError`` carrying the block message."""
         if self.blocked is not None:
-            raise GradcoreValueError(self.blocked)
+            raise AttackRefused(self.blocked)
         return self.reconstruction
 
 
@@ -216,13 +216,13 @@ def _walk(weights: list, biases: list, layer_gradients: list, start: int, descri
 
 def _require_relu(network: DenseNetwork) -> None:
     if network.activation != "relu" or not network.first_activation:
-        raise GradcoreValueError(f"the walk-back reads active units off a ReLU network; this one uses {network.activation}"
+        raise AttackRefused(f"the walk-back reads active units off a ReLU network; this one uses {network.activation}"
                                  + ("" if network.first_activation else " and has no activation after its first layer"))
 
 
 def _start_layer(biased_layers: list[int], start: int | None) -> int:
     if not biased_layers:
-        raise GradcoreValueError("no layer has a bias, so no layer hands over dL/dz directly: Proposition 3.1 needs "
+        raise AttackRefused("no layer has a bias, so no layer hands over dL/dz directly: Proposition 3.1 needs "
                                  "at least one biased fully-connected layer")
     if start is None:
         return biased_layers[-1]
@@ -573,10 +573,10 @@ def _linear_layers(model: nn.Module) -> list[tuple[int, nn.Linear]]:
     """
     layers, activation, first_activation = linear_layers(model)
     if not first_activation:
-        raise GradcoreValueError("the walk-back needs a ReLU after every hidden Linear; this network has none after its "
+        raise AttackRefused("the walk-back needs a ReLU after every hidden Linear; this network has none after its "
                                  "first (exclusivity reduction)")
     if activation != "relu":
-        raise GradcoreValueError(f"the walk-back needs ReLU between the Linear layers; this network uses {activation}")
+        raise AttackRefused(f"the walk-back needs ReLU between the Linear layers; this network uses {activation}")
     return layers
 
 

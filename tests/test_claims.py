@@ -181,3 +181,43 @@ def test_a_value_never_measured_fails_its_claim_instead_of_stopping_the_chapter(
     assert [row.holds for row in table.rows] == [False] * 5
     with pytest.raises(AssertionError, match="5 of 5 claims"):
         table.check()
+
+
+def test_report_only_mode_shows_failures_without_raising(monkeypatch, capsys):
+    from gradcore import claims
+
+    table = claims.Claims("t")
+    table.at_least("fails", 10, 1.0, 5.0)
+    with pytest.raises(AssertionError):
+        table.check()
+    monkeypatch.setenv(claims.REPORT_VARIABLE, "1")
+    table.check()
+    assert "1 of 1 claims do not hold (reported, not asserted" in capsys.readouterr().out
+    assert "NO" in repr(table)
+
+
+def test_seed_summary_counts_each_claim_over_the_seeds():
+    from gradcore import claims
+
+    def table(*verdicts):
+        return [{"title": "T", "header": ["claim", "paper", "reproduced", "test", "holds", "margin"],
+                 "rows": [[f"claim {i} (seed-dependent words)", "p", "r", "t", v, "1"] for i, v in enumerate(verdicts)]}]
+
+    summary = claims.seed_summary({10: table("yes", "yes", "n/a"), 11: table("yes", "NO", "n/a"), 12: table("yes")})
+    assert [(r["held"], r["failed"], r["not reproduced"], r["missing"]) for r in summary] == [
+        ([10, 11, 12], [], [], []), ([10], [11], [], [12]), ([], [], [10, 11], [12])]
+
+
+def test_rate_claims_use_the_wilson_interval():
+    from gradcore import claims
+
+    low, high = claims.wilson(263, 400)
+    assert abs(low - 0.6097) < 1e-3 and abs(high - 0.7023) < 1e-3  # the textbook formula's values
+    assert claims.wilson(0, 10)[0] == 0.0 and claims.wilson(10, 10)[1] == 1.0
+    table = claims.Claims("t")
+    table.rate_at_least("most", "p", 263, 400, 0.5)
+    table.rate_at_least("nearly all", "p", 9, 10, 0.9)  # 90% measured, but 10 draws cannot show it
+    assert [row.holds for row in table.rows] == [True, False]
+    assert "263 of 400 (66%; 95% CI 61%-70%)" == table.rows[0].reproduced
+    with pytest.raises(ValueError):
+        claims.wilson(5, 4)

@@ -290,3 +290,23 @@ def test_cells_are_flat_records_with_a_query_api(digits):
     assert result.cells[2] is replaced  # replaced where it stood: tables keep their order
     result.remove("B=1", "walk", "none")
     assert not result.ran("B=1", "walk", "none") and result.cell("B=1", "closed", "none") is replaced
+
+
+def _buggy_attack(observation, iterations: int = 1):
+    """An attack with a bug: numpy's broadcasting error is a plain ValueError, not a refusal."""
+    np.zeros(3) + np.zeros(4)
+
+
+def test_a_bug_inside_an_attack_propagates_instead_of_scoring_a_refusal(digits, monkeypatch):
+    monkeypatch.setitem(attacks.ATTACKS._entries, "buggy", _buggy_attack)
+    cases = {"B=1": [experiments.scenario(digits, "mlp", 1, seed=0, widths=(32,))]}
+    with pytest.raises(ValueError, match="broadcast"):
+        evaluation.matrix({"bug": {"attack": "buggy"}}, {"none": {"defense": None}, "noise": {"defense": "noise", "sigma": 0.1}},
+                          cases, metrics=("mse",), progress=False)
+    # The refusals that remain are the attacks' own declarations, all AttackRefused.
+    refused = evaluation.matrix({"walk": {"attack": "walk_back"}}, {"none": {"defense": None}},
+                                {"B=2": [experiments.scenario(digits, "mlp", 2, seed=0, widths=(32,))]}, metrics=("mse",),
+                                progress=False)
+    assert "one sample" in refused.skipped[("B=2", "walk")]
+    with pytest.raises(attacks.base.check.AttackRefused):
+        attacks.attack("walk_back", cases["B=1"][0].model, cases["B=1"][0].gradient(), shape=(8, 8), batch_size=2)

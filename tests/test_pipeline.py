@@ -456,6 +456,37 @@ def test_failing_chapter_names_the_cell_and_leaves_the_notebook(repo):
     assert not (repo / "notebooks" / "status.json").exists()
 
 
+BUGGY_ATTACK = HEADER + """
+# A chapter whose attack has a bug
+
+```{code-cell} ipython3
+:tags: [parameters]
+profile = "ci"
+```
+
+```{code-cell} ipython3
+import numpy as np
+from gradcore import ATTACKS, data, evaluation, experiments
+
+@ATTACKS.register("buggy")
+def buggy(observation, iterations: int = 1):
+    return np.zeros(3) + np.zeros(4)  # a broadcasting bug: a plain ValueError, not a refusal
+
+digits = data.load("digits", limit=50)
+cases = {"digits": [experiments.scenario(digits, "mlp", 1, seed=0, widths=(16,))]}
+grid = evaluation.matrix({"bug": {"attack": "buggy"}}, {"noise": {"defense": "noise", "sigma": 0.1}},
+                         cases, metrics=("mse",), progress=False)
+```
+"""
+
+
+@pytest.mark.kernel
+def test_a_bug_inside_an_attack_fails_the_chapter_instead_of_scoring_a_defense_win(repo):
+    (repo / "book" / "buggy.md").write_text(BUGGY_ATTACK)
+    with pytest.raises(pipeline.PipelineError, match="ValueError: operands could not be broadcast"):
+        pipeline.execute(repo, "buggy")
+
+
 def _record_one(root, number):
     pipeline.record(root, f"chapter-{number}", "ci", {"profile": "ci"}, 1.0, Path(root) / "notebooks" / f"chapter-{number}.ipynb")
 

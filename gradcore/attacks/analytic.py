@@ -32,16 +32,16 @@ def closed_form(observation: Observation) -> AttackResult:
     largest ``|dL/db_i|`` is used, as the best conditioned.
     """
     if observation.batch_size != 1:
-        raise check.GradcoreValueError("the closed form recovers a single sample; a batch of "
+        raise check.AttackRefused("the closed form recovers a single sample; a batch of "
                                        f"{observation.batch_size} yields only a mixture of its inputs (use 'dlg')")
     layer = first_linear(observation.model)
     if layer.bias is None:
-        raise check.GradcoreValueError("the closed form needs a bias in the first fully-connected layer")
+        raise check.AttackRefused("the closed form needs a bias in the first fully-connected layer")
     weight_gradient = observation.gradient[grads.parameter_index(observation.model, layer.weight)]
     bias_gradient = observation.gradient[grads.parameter_index(observation.model, layer.bias)]
     row = int(torch.argmax(bias_gradient.abs()))
     if bias_gradient[row] == 0:
-        raise check.GradcoreValueError("blocked: every row of the first layer's bias gradient is zero, so no row can be divided out")
+        raise check.AttackRefused("blocked: every row of the first layer's bias gradient is zero, so no row can be divided out")
     reconstruction = (weight_gradient[row] / bias_gradient[row]).reshape(1, *observation.shape)
     return AttackResult.one_shot(observation, reconstruction, observation.labels)
 
@@ -51,7 +51,7 @@ def minimal_mlp(observation: Observation, tolerance: float = 1e-8) -> AttackResu
     """The Sec. 2.2 closed form of Qian et al. as an attack: one instance from the first Linear layer,
     least squares over the usable rows."""
     if observation.batch_size != 1:
-        raise check.GradcoreValueError(f"the closed form recovers one instance; a batch of {observation.batch_size} "
+        raise check.AttackRefused(f"the closed form recovers one instance; a batch of {observation.batch_size} "
                                        "needs 'regularised_matching'")
     weight_gradient, bias_gradient = minimal.first_layer_gradients(observation.model, observation.gradient)
     recovered = minimal.first_layer_inversion(weight_gradient, bias_gradient, tolerance).input
@@ -70,7 +70,7 @@ def two_step(observation: Observation, method: str = "auto", iterations: int = 2
     :func:`gradcore.minimal.deconvolve`. The labels are not recovered.
     """
     if observation.batch_size != 1:
-        raise check.GradcoreValueError(f"the two-step attack recovers one instance, not a batch of {observation.batch_size}")
+        raise check.AttackRefused(f"the two-step attack recovers one instance, not a batch of {observation.batch_size}")
     result = minimal.two_step(observation.model, observation.gradient, observation.shape, method, iterations)
     reference = observation.gradient[0]
     reconstruction = torch.as_tensor(result.input, dtype=reference.dtype, device=reference.device)
@@ -81,13 +81,13 @@ def two_step(observation: Observation, method: str = "auto", iterations: int = 2
 def walk_back(observation: Observation) -> AttackResult:
     """Prop. 3.1 of Inverting Gradients as an attack: exact for one sample through a ReLU MLP.
 
-    Raises ``ValueError`` for a batch or a model outside ``[Flatten] Linear (ReLU Linear)*``
+    Raises :class:`gradcore.errors.AttackRefused` for a batch or a model outside ``[Flatten] Linear (ReLU Linear)*``
     (the attack does not apply). A defended gradient can block the walk (no live row to
     divide by); the attacker then has nothing and guesses uniform gray (``diverged`` is
     set). Pixels are clipped to [0, 1], the range the attacker knows.
     """
     if observation.batch_size != 1:
-        raise ValueError("the walk-back applies to one sample; a batch gives a mixture of its inputs")
+        raise check.AttackRefused("the walk-back applies to one sample; a batch gives a mixture of its inputs")
     result = walk_back_torch(observation.model, observation.gradient, observation.shape)
     if result.recovered:
         reconstruction = result.reconstruction.clamp(0, 1)

@@ -236,14 +236,14 @@ def first_linear(model: nn.Module) -> nn.Linear:
             return module
         if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
             break
-    raise check.GradcoreValueError("the closed form needs a model whose first weighted layer is fully connected")
+    raise check.AttackRefused("the closed form needs a model whose first weighted layer is fully connected")
 
 
 def last_linear(model: nn.Module) -> nn.Linear:
     """The model's fully-connected output layer (label inference and soft labels read it)."""
     layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
     if not layers:
-        raise check.GradcoreValueError("label inference needs a fully-connected output layer")
+        raise check.AttackRefused("label inference needs a fully-connected output layer")
     return layers[-1]
 
 

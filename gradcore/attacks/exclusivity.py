@@ -44,7 +44,7 @@ def exclusivity(observation: Observation, tolerance: float | None = None) -> Att
         hidden layer without ReLU), whose first layer has no exclusive neuron for ``M >= 2``.
     """
     if observation.loss != "cross_entropy":
-        raise check.GradcoreValueError(f"the exclusivity attack reads cross-entropy loss vectors; got loss {observation.loss!r}")
+        raise check.AttackRefused(f"the exclusivity attack reads cross-entropy loss vectors; got loss {observation.loss!r}")
     _refuse_reduced(observation.model, observation.batch_size)
     pairs = walkback.gradient_pairs_from_torch(observation.model, observation.gradient)  # refuses a non-ReLU MLP
     network = dense.from_torch(observation.model)
@@ -68,7 +68,7 @@ def _refuse_reduced(model: nn.Module, batch_size: int) -> None:
         if batch_size >= 2:
             raise analysis.NotInsecureError(f"not insecure: the first hidden layer has no ReLU (exclusivity reduction), so all "
                                    f"{batch_size} samples pass all its {modules[0].out_features} units and none is exclusive")
-        raise check.GradcoreValueError("the exclusivity attack needs a ReLU after every hidden Linear layer; for a single sample "
+        raise check.AttackRefused("the exclusivity attack needs a ReLU after every hidden Linear layer; for a single sample "
                                        "use the 'closed_form' attack")
 
 

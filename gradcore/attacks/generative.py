@@ -43,7 +43,7 @@ def check_prior(observation: Observation, generator) -> torch.Tensor:
     labels = observation.labels
     if labels is None:
         if observation.loss != "cross_entropy":
-            raise check.GradcoreValueError("a generative prior is conditioned on classes; this loss has none")
+            raise check.AttackRefused("a generative prior is conditioned on classes; this loss has none")
         labels = infer_labels(observation.model, observation.gradient, observation.batch_size)
     if next(generator.parameters()).device != observation.gradient[0].device:
         raise check.GradcoreValueError(f"the generator is on {next(generator.parameters()).device}, the model's gradient on "

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from .. import gradients as grads
+from .. import validation as check
 from ..defenses import censor_candidate
 from .base import ATTACKS, INITIALISERS, AttackResult, Observation, Steps, optimise
 from .matching import infer_labels
@@ -61,7 +62,7 @@ def batched_objective(model: nn.Module, target: Sequence[torch.Tensor], labels: 
     if restarts == 1:
         return _single_objective(network, target, labels, loss, tv_weight, local, transform)
     if transform is not None:
-        raise ValueError("a gradient transform draws its own randomness per call; use it with restarts=1")
+        raise check.GradcoreValueError("a gradient transform draws its own randomness per call; use it with restarts=1")
     names = [name for name, p in network.named_parameters() if p.requires_grad]
     parameters = {name: p.detach() for name, p in network.named_parameters() if p.requires_grad}
     buffers = {name: b.detach() for name, b in network.named_buffers()}
@@ -122,7 +123,7 @@ def _scheduler(optimizer: torch.optim.Optimizer, decay: bool | str, iterations: 
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, iterations) / max(iterations, 1))))
     if decay == "linear":
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / max(iterations, 1)))
-    raise ValueError(f"unknown decay {decay!r}; use True, False or one of {', '.join(SCHEDULES)}")
+    raise check.GradcoreValueError(f"unknown decay {decay!r}; use True, False or one of {', '.join(SCHEDULES)}")
 
 
 class _SignedAdamSteps(Steps):
@@ -192,11 +193,11 @@ def inverting_gradients(observation: Observation, iterations: int = 4800, lr: fl
         As for :func:`gradcore.attacks.dlg`; the history follows the best restart so far.
     """
     if restarts < 1:
-        raise ValueError(f"restarts must be at least 1, got {restarts}")
+        raise check.GradcoreValueError(f"restarts must be at least 1, got {restarts}")
     labels = observation.labels
     if labels is None:
         if observation.loss != "cross_entropy":
-            raise ValueError("the targets of a regression loss cannot be inferred; pass them as labels")
+            raise check.AttackRefused("the targets of a regression loss cannot be inferred; pass them as labels")
         labels = infer_labels(observation.model, observation.gradient, observation.batch_size)
     dtype, device = observation.gradient[0].dtype, observation.gradient[0].device
     generator = torch.Generator().manual_seed(observation.seed)
@@ -266,9 +267,9 @@ def censor_eot(observation: Observation, iterations: int = 300, lr: float = 0.1,
     imitated transformation keeps the gradient in expectation.
     """
     if imitate not in IMITATIONS:
-        raise ValueError(f"the EOT attacker imitates one of {', '.join(IMITATIONS)}, got {imitate!r}")
+        raise check.GradcoreValueError(f"the EOT attacker imitates one of {', '.join(IMITATIONS)}, got {imitate!r}")
     if samples < 1:
-        raise ValueError(f"EOT needs at least one sample, got {samples}")
+        raise check.GradcoreValueError(f"EOT needs at least one sample, got {samples}")
 
     def expected_censor(gradient, generator):
         return imitate_censor(gradient, generator, samples, projection)

@@ -105,7 +105,7 @@ def _dlg_run(observation: Observation, generator: torch.Generator, optimiser: st
     learn_labels = observation.labels is None
     if learn_labels:
         if observation.loss != "cross_entropy":
-            raise check.GradcoreValueError("labels can only be learned for a cross-entropy loss; pass the regression targets")
+            raise check.AttackRefused("labels can only be learned for a cross-entropy loss; pass the regression targets")
         num_classes = last_linear(observation.model).out_features
         label_logits = torch.randn((observation.batch_size, num_classes), generator=generator).to(device, dtype).requires_grad_(True)
         variables.append(label_logits)

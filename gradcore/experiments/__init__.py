@@ -17,8 +17,9 @@
 from ..scenarios import Scenario, scenario, scenarios
 from . import exclusivity, generative, minimal, privacy
 from .common import (attack_single_images, batch_slowdown, binomial_spread, final_table, first_below, keep_snapshots,
+                     linear_descent_draws, median_steps,
                      label_accuracy, label_outcomes, mean_final, steps_to_psnr)
 
 __all__ = ["Scenario", "attack_single_images", "batch_slowdown", "binomial_spread", "exclusivity", "final_table",
-           "first_below", "generative", "keep_snapshots", "label_accuracy", "label_outcomes", "mean_final", "minimal", "privacy", "scenario",
+           "first_below", "generative", "keep_snapshots", "label_accuracy", "linear_descent_draws", "median_steps", "label_outcomes", "mean_final", "minimal", "privacy", "scenario",
            "scenarios", "steps_to_psnr"]

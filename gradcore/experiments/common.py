@@ -11,11 +11,13 @@ import dataclasses
 import math
 from typing import Callable
 
+import numpy as np
 import torch
 from torch import nn
 from tqdm import tqdm
 
-from .. import attacks, data, metrics
+from .. import attacks, data, linear, metrics
+from .. import validation as check
 from ..claims import Table, bounded
 from ..scenarios import Scenario, scenario
 
@@ -58,6 +60,12 @@ def binomial_spread(share: float, trials: int) -> float:
     return math.sqrt(share * (1 - share) / trials)
 
 
+def median_steps(steps: np.ndarray):
+    """The median of per-draw step counts (``inf`` for a draw that never got there), or "never"."""
+    median = float(np.median(steps))
+    return median if math.isfinite(median) else "never"
+
+
 def first_below(history: dict, key: str, threshold: float) -> int | None:
     """First recorded iteration at which ``history[key]`` drops below ``threshold`` (None if never)."""
     for iteration, value in zip(history["iteration"], history[key]):
@@ -78,6 +86,60 @@ def steps_to_psnr(result: attacks.AttackResult, truth: torch.Tensor, threshold: 
         if metrics.psnr(images[order].clamp(0, 1), truth).mean().item() >= threshold:
             return step
     return None
+
+
+@dataclasses.dataclass
+class DescentDraws:
+    """DLG's gradient descent on the linear unit over many independent draws: ``mse[t, n]`` after step ``t`` of draw ``n``."""
+
+    mse: np.ndarray
+    steps: np.ndarray
+
+    @property
+    def draws(self) -> int:
+        return self.mse.shape[1]
+
+    def reached(self, threshold: float) -> np.ndarray:
+        """Per draw, whether its final MSE is at or below ``threshold``."""
+        return self.mse[-1] <= threshold
+
+    def first_below(self, threshold: float) -> np.ndarray:
+        """Per draw, the first step with MSE below ``threshold``; ``inf`` where it never gets there."""
+        below = self.mse < threshold
+        return np.where(below.any(axis=0), below.argmax(axis=0), np.inf)
+
+    def diverged(self, start_factor: float = 1.0) -> np.ndarray:
+        """Per draw, whether it ended above where it started (times ``start_factor``): it overshot."""
+        return ~(self.mse[-1] <= start_factor * self.mse[0])
+
+
+def linear_descent_draws(dataset: data.Dataset, draws: int, iterations: int, seed: int = 0, multiple: float = 1.0,
+                         fraction: float = 0.5) -> DescentDraws:
+    """DLG's gradient descent on the linear unit (B = 1) over ``draws`` independent draws.
+
+    Draw ``n`` (seed ``seed + n``) is a private digit, a freshly initialised unit and a
+    uniform dummy; the step is ``multiple`` times the draw's step rule
+    (:func:`gradcore.linear.step_size` at ``fraction``, from the shared gradient). All draws
+    descend together in float64 numpy (:func:`gradcore.linear.descent`, the torch attack's
+    arithmetic), so a claim about DLG on single digits is a rate over hundreds of draws, not
+    one draw.
+    """
+    check.positive_int("draws", draws)
+    check.positive_int("iterations", iterations)
+    check.number("multiple", multiple, low=0.0, low_open=True)
+    cases = [scenario(dataset, "linear_unit", 1, seed=seed + n, dtype=torch.float64) for n in range(draws)]
+    weights, biases = zip(*(linear.parameters(case.model) for case in cases))
+    shared = [[g.detach().double().numpy().ravel() for g in case.gradient()] for case in cases]
+    weight_gradients = np.stack([g[0] for g in shared])
+    bias_gradients = np.array([float(g[1][0]) for g in shared])
+    steps = np.array([multiple * linear.step_size(w, g, b, fraction)
+                      for w, g, b in zip(weights, weight_gradients, bias_gradients)])
+    starts = np.random.default_rng(seed).random(weight_gradients.shape)
+    truth = np.stack([case.inputs.double().numpy().ravel() for case in cases])
+    targets = np.array([float(case.labels[0]) for case in cases])
+    _, mse = linear.descent(np.stack(weights), np.array(biases), targets, weight_gradients, bias_gradients, starts,
+                            steps, iterations, truth=truth)
+    return DescentDraws(mse, steps)
 
 
 def batch_slowdown(case: Scenario, threshold: float, iterations: int, alone_iterations: int, attack: str = "dlg",

@@ -90,7 +90,7 @@ def exactness_rows(image: torch.Tensor, label: torch.Tensor, architectures: dict
             weight_gradient, bias_gradient = minimal.first_layer_gradients(model, gradient)
             try:
                 inversion = minimal.first_layer_inversion(weight_gradient, bias_gradient)
-            except ValueError:
+            except check.AttackRefused:  # blocked: no live row to divide by
                 rows.append([activation, name, 0, len(bias_gradient), "blocked"])
                 continue
             rows.append([activation, name, len(inversion.rows), inversion.dead_rows, minimal.relative_error(inversion.input, image.numpy())])
