@@ -164,8 +164,12 @@ class Claims:
 
         Holds when the interval's lower end reaches ``bound``: a rate that clears the bar only by
         the luck of this sample of draws does not pass. The margin is that lower end minus
-        ``bound``.
+        ``bound``. With no trials at all the row fails (nothing was measured).
         """
+        if trials == 0:
+            # No draws is no evidence: the row fails instead of the chapter crashing on it.
+            self.add(claim, paper, "no draws to count", False, f"95% CI above {bound:.0%}", -bound)
+            return
         low, high = wilson(successes, trials)
         shown = f"{successes} of {trials} ({successes / trials:.0%}; 95% CI {low:.0%}-{high:.0%})"
         self.add(claim, paper, shown, low >= bound, f"95% CI above {bound:.0%}", low - bound)

@@ -62,6 +62,8 @@ class FederatedLog:
     accuracy: list = field(default_factory=list)
     #: DP-SGD runs only: ``{client: privacy.Participation}`` (its sampling rate, the steps it took).
     participation: dict = field(default_factory=dict)
+    #: Every run: ``{client: updates it sent}``, what the server saw of each client (its releases).
+    releases: dict = field(default_factory=dict)
 
     def final(self) -> float:
         return self.accuracy[-1]
@@ -189,6 +191,7 @@ def fedsgd_snapshots(model: nn.Module, train_set: datasets.Dataset, test_set: da
             else:
                 update = shared_gradient(model, inputs, labels, loss, defense if defended else None, seed=client_seed,
                                          **((defense_options or {}) if defended else {}))
+            log.releases[int(client)] = log.releases.get(int(client), 0) + 1
             total = [t + u for t, u in zip(total, update)]
         with torch.no_grad():
             for p, t in zip(parameters, total):

@@ -336,6 +336,11 @@ def output_path(root, name: str, profile: str, injected: dict) -> Path:
     return nbdir / profile / f"{name}.ipynb"
 
 
+def _shown(path: Path, root: Path) -> str:
+    """``path`` relative to the repository where it lies inside it, else as it is."""
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+
 def _first_line(source: str) -> str:
     for line in source.splitlines():
         if line.strip():
@@ -416,14 +421,14 @@ def execute(root, chapter: str, profile: str = DEFAULT_PROFILE, parameters: dict
                 where = f"cell {index} (`{_first_line(exc.source)}`, {_locate(root, src, nb, index, exc)})"
             raise PipelineError(
                 f"{chapter} [{profile}] failed in {where}: {exc.ename}: {exc.evalue}\n"
-                f"{out.relative_to(root)} was left untouched."
+                f"{_shown(out, root)} was left untouched."
             ) from None
         except Exception as exc:  # kernel died, timed out, could not start...
             tail = "".join(log.read_text(errors="replace").splitlines(True)[-20:])
             raise PipelineError(
                 f"{chapter} [{profile}] failed: {type(exc).__name__}: {exc}\n"
                 + (f"kernel stderr (last lines):\n{tail}" if tail.strip() else "")
-                + f"{out.relative_to(root)} was left untouched."
+                + f"{_shown(out, root)} was left untouched."
             ) from None
     seconds = time.perf_counter() - t0
     write_notebook(normalise(result, str(src.relative_to(root)), profile), out)

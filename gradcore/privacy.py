@@ -159,6 +159,34 @@ def _accounted(noise_multiplier: float, sample_rate: float, steps: int, delta: f
         return float(chosen.get_epsilon(delta=delta))
 
 
+def exact_epsilon(noise_multiplier: float, releases: int = 1, delta: float = DEFAULT_DELTA) -> float:
+    """The exact epsilon of ``releases`` unsampled Gaussian releases (q = 1), no accountant involved.
+
+    One Gaussian release of sensitivity 1 with noise ``z`` is (epsilon, delta)-DP exactly when
+    ``Phi(1/(2z) - epsilon z) - e^epsilon Phi(-1/(2z) - epsilon z) <= delta`` (Balle and
+    Wang, ICML 2018, Theorem 8); ``k`` such releases compose to one release with noise
+    ``z / sqrt(k)`` (the Gaussian mechanism's composition is Gaussian, Dong, Roth and Su,
+    2022). This is what an attacker who sees every release of one sample faces, and it checks
+    the accountants independently: at q = 1 RDP must bound it from above and PRV approach it.
+    """
+    from scipy import optimize, stats
+
+    _check_accounting(noise_multiplier, 1.0, releases, delta)
+    if releases == 0:
+        return 0.0
+    if noise_multiplier == 0:
+        return math.inf
+    sigma = noise_multiplier / math.sqrt(releases)
+    half = 1 / (2 * sigma)
+
+    def excess(eps: float) -> float:  # the second term in log space: e^epsilon overflows first
+        return stats.norm.cdf(half - eps * sigma) - math.exp(eps + stats.norm.logcdf(-half - eps * sigma)) - delta
+
+    if excess(0.0) <= 0:
+        return 0.0
+    return float(optimize.brentq(excess, 0.0, 1 / (2 * sigma ** 2) + 10 / sigma + 100, xtol=1e-12, rtol=1e-12))
+
+
 def noise_multiplier(spec: Mapping) -> float:
     """``z`` of a deployment spec: ``sigma / bound`` of ``dp``, Opacus's of ``dp_sgd``, 0 without noise.
 

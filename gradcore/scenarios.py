@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
 from . import attacks, client, data, gradients, models
+from . import validation as check
 
 
 @dataclass
@@ -90,17 +92,26 @@ def scenario(dataset: data.Dataset, model: str | nn.Module, batch_size: int = 1,
 
 
 def scenarios(dataset: data.Dataset, model: str | Callable[[int], nn.Module], batch_size: int = 1, count: int = 1, seed: int = 0,
-              **options) -> list[Scenario]:
+              distinct: bool = False, **options) -> list[Scenario]:
     """``count`` independent scenarios with seeds ``seed, seed + 1, ...``: a fresh private batch and model each.
 
     ``model`` is a registry name or a function ``seed -> nn.Module`` that builds a fresh
     network (for models the registry does not name, e.g. a reduced MLP); ``options`` go to
-    :func:`scenario`.
+    :func:`scenario`. Each batch is drawn on its own, so two scenarios may share an image;
+    ``distinct=True`` draws all ``count * batch_size`` images at once without replacement
+    (one seeded permutation), so no image is attacked twice.
     """
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
     if not (isinstance(model, str) or callable(model)) or isinstance(model, nn.Module):
         raise TypeError("model must be a registry name or a function seed -> nn.Module (a built network would be shared "
                         f"by every scenario), got {type(model).__name__}")
-    return [scenario(dataset, model if isinstance(model, str) else model(seed + i), batch_size, seed=seed + i, **options)
-            for i in range(count)]
+    sources = [dataset] * count
+    if distinct:
+        if count * batch_size > len(dataset):
+            raise check.GradcoreValueError(f"{count} distinct batches of {batch_size} need {count * batch_size} images; "
+                                           f"{dataset.name} has {len(dataset)}")
+        order = np.random.default_rng(seed).permutation(len(dataset))
+        sources = [dataset.subset(order[i * batch_size:(i + 1) * batch_size], "drawn") for i in range(count)]
+    return [scenario(source, model if isinstance(model, str) else model(seed + i), batch_size, seed=seed + i, **options)
+            for i, source in enumerate(sources)]

@@ -217,7 +217,8 @@ def test_rate_claims_use_the_wilson_interval():
     table = claims.Claims("t")
     table.rate_at_least("most", "p", 263, 400, 0.5)
     table.rate_at_least("nearly all", "p", 9, 10, 0.9)  # 90% measured, but 10 draws cannot show it
-    assert [row.holds for row in table.rows] == [True, False]
+    table.rate_at_least("of nothing", "p", 0, 0, 0.5)  # no draws: fails, does not crash the chapter
+    assert [row.holds for row in table.rows] == [True, False, False]
     assert "263 of 400 (66%; 95% CI 61%-70%)" == table.rows[0].reproduced
     with pytest.raises(ValueError):
         claims.wilson(5, 4)

@@ -38,6 +38,15 @@ def test_scenarios_reject_a_shared_model_and_an_empty_count(digits):
         experiments.scenarios(digits, "mlp", 1, count=0)
 
 
+def test_distinct_scenarios_never_attack_an_image_twice(digits):
+    small = digits.subset(np.arange(12))
+    cases = experiments.scenarios(small, "mlp", 2, count=6, seed=3, distinct=True, widths=(16,))
+    drawn = torch.cat([case.inputs for case in cases]).flatten(1)
+    assert len(torch.unique(drawn, dim=0)) == len(torch.unique(small.images.flatten(1), dim=0))  # all 12, once each
+    with pytest.raises(ValueError, match="need 14 images"):
+        experiments.scenarios(small, "mlp", 2, count=7, distinct=True, widths=(16,))
+
+
 def test_final_table_prints_a_diverged_run_as_diverged():
     class Run:
         def __init__(self, value, diverged):

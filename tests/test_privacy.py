@@ -46,6 +46,17 @@ def test_one_release_matches_the_exact_gaussian_mechanism(noise_multiplier):
     assert exact <= privacy.epsilon(noise_multiplier, 1.0, 1, 1e-5, "rdp") <= 1.5 * exact + 0.5
 
 
+@pytest.mark.parametrize("noise_multiplier", [0.3, 1.0, 3.0])
+def test_exact_epsilon_is_balle_and_wang_and_composes_as_one_gaussian(noise_multiplier):
+    assert privacy.exact_epsilon(noise_multiplier, 1, 1e-5) == pytest.approx(exact_gaussian_epsilon(noise_multiplier, 1e-5), rel=1e-9)
+    # 25 releases of noise z are one release of noise z / 5; RDP (an upper bound) stays above, PRV close.
+    composed = privacy.exact_epsilon(noise_multiplier, 25, 1e-5)
+    assert composed == pytest.approx(privacy.exact_epsilon(noise_multiplier / 5, 1, 1e-5), rel=1e-9)
+    assert composed <= privacy.epsilon(noise_multiplier, 1.0, 25, 1e-5, "rdp")
+    assert privacy.exact_epsilon(0.0) == math.inf and privacy.exact_epsilon(1.0, 0) == 0.0
+    assert privacy.exact_epsilon(1e-3) == pytest.approx(504263.89, rel=1e-6)  # far beyond e^epsilon's float range
+
+
 def test_no_noise_is_no_guarantee_and_no_release_costs_nothing():
     assert privacy.epsilon(0.0, 0.5, 10) == math.inf
     assert privacy.epsilon(1.0, 0.5, 0) == 0.0

@@ -101,7 +101,14 @@ def gains(sweep: evaluation.Evaluation, multipliers: Sequence[float]) -> dict:
 
 @dataclass
 class PrivacyRow:
-    """One noise multiplier: the guarantees, the accuracies, the best attack."""
+    """One noise multiplier: the guarantees, the accuracies, the best attack.
+
+    ``release_epsilon`` is the exact epsilon of the one release the attacks read (q = 1, one
+    step: :func:`gradcore.privacy.exact_epsilon`); ``sample_level`` the DP-SGD deployment's
+    cumulative guarantee for its worst-off client; ``client_level`` the ``dp`` defense's
+    under client sampling (DP-FedSGD); ``server_epsilon`` the same defense's against the
+    server, which sees every update of its worst-off client (no sampling amplification).
+    """
 
     multiplier: float
     sample_level: privacy.Guarantee
@@ -111,12 +118,18 @@ class PrivacyRow:
     best_gain: float
     best_attack: str
     least_lpips: float
+    release_epsilon: float = math.nan
+    server_epsilon: float = math.nan
 
     def cells(self) -> list:
         """The row as the chapter's table prints it."""
-        return [self.multiplier, self.sample_level.delta, self.sample_level.epsilon["rdp"],
-                self.sample_level.epsilon["prv"], self.client_level.epsilon["rdp"], self.client_level.epsilon["prv"],
+        return [self.multiplier, self.sample_level.delta, self.release_epsilon, self.sample_level.epsilon["rdp"],
+                self.sample_level.epsilon["prv"], self.client_level.epsilon["rdp"], self.server_epsilon,
                 self.accuracy, self.defense_accuracy, self.best_gain, self.best_attack, self.least_lpips]
+
+    header = ["z", "delta", "epsilon of the attacked release (exact)", "epsilon, DP-SGD, sample (RDP)", "(PRV)",
+              "epsilon, dp defense, client (RDP)", "(against the server, exact)", "accuracy, DP-SGD",
+              "accuracy, dp defense", "best PSNR over gray (dB)", "best attack", "least LPIPS-alex"]
 
 
 def rows(sweep: evaluation.Evaluation, dp_sgd_logs: Mapping[float, object], defense_logs: Mapping[float, object],
@@ -133,10 +146,44 @@ def rows(sweep: evaluation.Evaluation, dp_sgd_logs: Mapping[float, object], defe
         gain = {(s, a): sweep.gain(s, a, label) for s, a in ran}
         (scenario, attack), best = max(gain.items(), key=lambda item: item[1]) if gain else (("", "none ran"), math.nan)
         lpips = [v for v in (sweep.value(s, a, label, "lpips") for s, a in ran) if not math.isnan(v)]
+        seen = max(defense_logs[z].releases.values())  # the dp defense's worst-off client: updates the server read
         out.append(PrivacyRow(z, privacy.deployment_guarantee(dp_sgd_logs[z].participation, z, client_protocol.delta),
                               privacy.guarantee(dp_spec(z, 1.0), client_protocol), dp_sgd_logs[z].final(),
-                              defense_logs[z].final(), best, f"{attack} ({scenario})", min(lpips) if lpips else math.nan))
+                              defense_logs[z].final(), best, f"{attack} ({scenario})", min(lpips) if lpips else math.nan,
+                              privacy.exact_epsilon(z, 1, client_protocol.delta),
+                              privacy.exact_epsilon(z, seen, client_protocol.delta)))
     return out
+
+
+def averaged_sweep(attacks: Mapping[str, Mapping], scenarios: Mapping[str, Sequence], table: Sequence[PrivacyRow],
+                   multipliers: Sequence[float], bounds: Mapping[str, float], metrics: Sequence[str] = ("mse", "psnr"),
+                   seed: int = 0) -> tuple[evaluation.Evaluation, list[list]]:
+    """What the deployment's cumulative guarantee covers: one sample's ``k`` releases, averaged.
+
+    The DP-SGD deployment at noise multiplier ``z`` is accounted over its worst-off client's
+    ``k`` steps. An attacker who sees ``k`` releases of the same sample's clipped gradient
+    and averages them faces noise ``z / sqrt(k)``: one release at that multiplier (the
+    attacker's best case the cumulative epsilon allows). Attacks every scenario there, for
+    each ``z`` of ``multipliers``; returns the sweep (columns ``"z {z:g} / sqrt({k})"``) and
+    one row per ``z``: ``[z, k, z / sqrt(k), exact epsilon of k releases, the deployment's
+    RDP epsilon, best PSNR over gray, best attack]``.
+    """
+    by_z = {row.multiplier: row for row in table}
+    levels = {z: (by_z[z].sample_level.protocol.steps, z / math.sqrt(by_z[z].sample_level.protocol.steps))
+              for z in multipliers}
+    result = None
+    for label, case in scenarios.items():
+        columns = {f"z {z:g} / sqrt({k})": dp_spec(averaged, bounds[label]) for z, (k, averaged) in levels.items()}
+        part = evaluation.matrix(attacks, columns, {label: case}, metrics, seed, progress=False, keep_refusals=True)
+        result = part if result is None else result.update(part)
+    rows = []
+    for z, (k, averaged) in levels.items():
+        label = f"z {z:g} / sqrt({k})"
+        gain = {(s, a): result.gain(s, a, label) for s, a in _attacked(result, label)}
+        (scenario, attack), best = max(gain.items(), key=lambda item: item[1]) if gain else (("", "none ran"), math.nan)
+        rows.append([z, k, averaged, privacy.exact_epsilon(z, k, by_z[z].sample_level.delta),
+                     by_z[z].sample_level.epsilon["rdp"], best, f"{attack} ({scenario})"])
+    return result, rows
 
 
 def matched(logs: Mapping[str, object], table: Sequence[PrivacyRow], tolerance: float) -> list[list]:
