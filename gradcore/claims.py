@@ -67,6 +67,18 @@ def _mimebundle(title: str, header: list, rows: list, exact: list, plain: str, h
     return {"text/plain": plain, "text/html": html_text, TABLE_MIME: table}
 
 
+#: A claims row's class and mark in the HTML (the book's stylesheet colours them; the mark survives print).
+_VERDICT_HTML = {True: ("claim-holds", "\u2713"), False: ("claim-fails", "\u2717"), None: ("claim-not-reproduced", "\u2013")}
+_NUMBER = re.compile(r"^[+-]?(\d[\d,]*\.?\d*|\.\d+)(e[+-]?\d+)?( ?(%|dB|s|x))?$|^(inf|-inf|nan)$", re.IGNORECASE)
+
+
+def _html_cell(value) -> str:
+    """One table cell as HTML: numbers get the class that right-aligns them."""
+    text = str(value)
+    kind = " class='number'" if _NUMBER.match(text.strip()) else ""
+    return f"<td{kind}>{html.escape(text)}</td>"
+
+
 @dataclass
 class Claim:
     """One row: what the paper says, what we measured, and whether it holds."""
@@ -79,6 +91,9 @@ class Claim:
     #: How far the measured value is from failing the test, in the claim's own unit (positive while
     #: it holds); a string where the test is not a distance (a categorical verdict).
     margin: object = None
+    #: The measured decimals the verdict turns on (one for a bound, two for an ordering), so a reader
+    #: of the table can tell how far the chapter's drift tolerance could move them (fragile rows).
+    tested: tuple = ()
 
 
 def wilson(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
@@ -113,6 +128,19 @@ def _holds(test) -> bool:
         return False
 
 
+def _measured(values) -> tuple:
+    """The finite numbers among ``values`` as floats (what a drift could move; others are skipped)."""
+    found = []
+    for value in values:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(number) and not isinstance(value, bool):
+            found.append(number)
+    return tuple(found)
+
+
 def _number(value) -> float:
     """A trend's value as a float; one never measured (``None``) is NaN, which fails every comparison."""
     return math.nan if value is None else float(value)
@@ -134,21 +162,25 @@ class Claims:
         self.title = title + (" (smoke run: budgets cut, claims not asserted)" if self.smoke else "")
         self.rows: list[Claim] = []
 
-    def add(self, claim: str, paper, reproduced, holds: bool, test: str = "", margin=None) -> None:
+    def add(self, claim: str, paper, reproduced, holds: bool, test: str = "", margin=None, tested=()) -> None:
         """Add a row whose verdict the caller computed.
 
         ``margin``: how far the measured value is from failing (positive while it holds), in the
         claim's unit; leave it out only for a categorical verdict (shown as "categorical").
+        ``tested``: the measured values the verdict compares (for the fragile-row check).
         """
-        self.rows.append(Claim(claim, paper, reproduced, test, bool(holds), "categorical" if margin is None else margin))
+        self.rows.append(Claim(claim, paper, reproduced, test, bool(holds), "categorical" if margin is None else margin,
+                               _measured(tested)))
 
     def at_most(self, claim: str, paper, reproduced: float, bound: float) -> None:
         """The reproduced value must not exceed ``bound``."""
-        self.add(claim, paper, reproduced, _holds(lambda: reproduced <= bound), f"<= {format_value(bound)}", _gap(bound, reproduced))
+        self.add(claim, paper, reproduced, _holds(lambda: reproduced <= bound), f"<= {format_value(bound)}", _gap(bound, reproduced),
+                 (reproduced,))
 
     def at_least(self, claim: str, paper, reproduced: float, bound: float) -> None:
         """The reproduced value must reach ``bound``."""
-        self.add(claim, paper, reproduced, _holds(lambda: reproduced >= bound), f">= {format_value(bound)}", _gap(reproduced, bound))
+        self.add(claim, paper, reproduced, _holds(lambda: reproduced >= bound), f">= {format_value(bound)}", _gap(reproduced, bound),
+                 (reproduced,))
 
     def close_to(self, claim: str, paper: float, reproduced: float, tolerance: float) -> None:
         """The reproduced value must lie within ``tolerance`` of the paper's."""
@@ -157,7 +189,7 @@ class Claims:
         except TypeError:  # never measured
             distance = math.nan
         self.add(claim, paper, reproduced, distance <= tolerance, f"within {format_value(tolerance)} of paper",
-                 _gap(tolerance, distance))
+                 _gap(tolerance, distance), (reproduced,))
 
     def rate_at_least(self, claim: str, paper, successes: int, trials: int, bound: float) -> None:
         """A claim about a method over random draws: its success rate, stated with its 95% interval.
@@ -174,10 +206,25 @@ class Claims:
         shown = f"{successes} of {trials} ({successes / trials:.0%}; 95% CI {low:.0%}-{high:.0%})"
         self.add(claim, paper, shown, low >= bound, f"95% CI above {bound:.0%}", low - bound)
 
+    def rate_near_chance(self, claim: str, paper, successes: int, trials: int, chance: float) -> None:
+        """A claim that a method does no better than chance: its 95% interval reaches down to ``chance``.
+
+        Holds when the interval's lower end is at most ``chance`` (the draws give no evidence of
+        doing better); the margin is ``chance`` minus that lower end. Such a claim passes for a
+        test too weak to see anything, so pair it with a control that the same test detects
+        (:meth:`rate_at_least` with ``bound=chance``).
+        """
+        if trials == 0:
+            self.add(claim, paper, "no draws to count", False, f"95% CI reaches chance {chance:.0%}", -chance)
+            return
+        low, high = wilson(successes, trials)
+        shown = f"{successes} of {trials} ({successes / trials:.0%}; 95% CI {low:.0%}-{high:.0%})"
+        self.add(claim, paper, shown, low <= chance, f"95% CI reaches chance {chance:.0%}", chance - low)
+
     def less(self, claim: str, paper, smaller: float, larger: float, names: tuple[str, str] = ("a", "b")) -> None:
         """An ordering the paper claims: ``smaller < larger``."""
         self.add(claim, paper, f"{names[0]} {format_value(smaller)} < {names[1]} {format_value(larger)}", _holds(lambda: smaller < larger),
-                 "ordering", _gap(larger, smaller))
+                 "ordering", _gap(larger, smaller), (smaller, larger))
 
     def increasing(self, claim: str, paper, values, names=None, strict: bool = True) -> None:
         """A trend the paper claims: ``values`` rise along the sweep; the margin is the smallest step."""
@@ -192,7 +239,10 @@ class Claims:
         holds = all(step > 0 if strict else step >= 0 for step in steps)
         labels = names or [""] * len(rising)
         shown = joiner.join(f"{label} {format_value(sign * value)}".strip() for label, value in zip(labels, rising))
-        self.add(claim, paper, shown, holds, "increasing" if sign > 0 else "decreasing", min(steps) if steps else "categorical")
+        closest = min(range(len(steps)), key=lambda i: steps[i]) if steps else None
+        tested = () if closest is None else (sign * rising[closest], sign * rising[closest + 1])
+        self.add(claim, paper, shown, holds, "increasing" if sign > 0 else "decreasing", min(steps) if steps else "categorical",
+                 tested)
 
     def not_reproduced(self, claim: str, paper, reproduced, reason: str) -> None:
         """A claim the chapter's setting does not reproduce: listed with the reason, not asserted."""
@@ -232,8 +282,11 @@ class Claims:
     _derived = [5]
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        return _mimebundle(self.title, self._header, self._cells(), self._exact, repr(self), self._repr_html_(),
-                           rows_say_kind=True, derived=self._derived)
+        bundle = _mimebundle(self.title, self._header, self._cells(), self._exact, repr(self), self._repr_html_(),
+                             rows_say_kind=True, derived=self._derived)
+        # Not shown and not compared: what the fragile-row check reads (reproducibility.fragile_claims).
+        bundle[TABLE_MIME]["tested"] = [list(row.tested) for row in self.rows]
+        return bundle
 
     def __repr__(self) -> str:
         rows = [self._header] + self._cells()
@@ -244,9 +297,14 @@ class Claims:
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{html.escape(h)}</th>" for h in self._header)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in self._cells())
+        rows = []
+        for row, cells in zip(self.rows, self._cells()):
+            kind, mark = _VERDICT_HTML[row.holds]
+            shown = [_html_cell(c) for c in cells]
+            shown[4] = f"<td class='verdict'>{mark} {html.escape(cells[4])}</td>"
+            rows.append(f"<tr class='{kind}'>" + "".join(shown) + "</tr>")
         return (f"<table class='gradcore-claims'><caption>{html.escape(self.title)}</caption>"
-                f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+                f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
 class Table:
@@ -269,8 +327,8 @@ class Table:
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{html.escape(str(h))}</th>" for h in self.header)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in self.rows)
-        return f"<table><caption>{html.escape(self.title)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        body = "".join("<tr>" + "".join(_html_cell(c) for c in r) + "</tr>" for r in self.rows)
+        return f"<table class='gradcore-table'><caption>{html.escape(self.title)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def claims_in_notebook(path) -> list[dict]:

@@ -8,6 +8,7 @@
     gradcore test                                   unit tests, smoke runs and every check (what CI runs)
     gradcore browser                                check the built book's pages in headless Chromium
     gradcore tolerances                             copy declared output tolerances into the notebooks
+    gradcore results                                write the front page's results at a glance from the notebooks
     gradcore drift run LABEL [VAR=VALUE ...]        execute every chapter on another float path
     gradcore drift report [LABEL ...]               how far those runs moved from notebooks/
     gradcore seeds SEED [SEED ...] [--chapter NAME]  rerun chapters with other seeds: do the claims hold?
@@ -287,6 +288,12 @@ def cmd_tolerances(root: Path, args) -> int:
     return 0
 
 
+def cmd_results(root: Path, args) -> int:
+    pipeline.write_results_page(root)
+    print(f"wrote {pipeline.RESULTS_PAGE}")
+    return 0
+
+
 DRIFT_DIR = Path("notebooks") / "drift"
 
 
@@ -484,6 +491,12 @@ def parser() -> argparse.ArgumentParser:
                        description="Tolerances configure the output check, not the outputs: after changing one in "
                                    "book/NAME.md, this writes it into notebooks/NAME.ipynb without re-executing.")
     p.set_defaults(fn=cmd_tolerances)
+
+    p = sub.add_parser("results", help="write notebooks/results.md (the front page's claims summary) from the notebooks",
+                       description="Counts, per chapter, the claims that held and the rows marked `not reproduced` in "
+                                   "the executed notebooks, and lists the latter with their reasons. `gradcore run` "
+                                   "rewrites it after each ci run; `gradcore check` fails when it is stale.")
+    p.set_defaults(fn=cmd_results)
 
     p = sub.add_parser("drift", help="measure how far the chapters' numbers move on another float path",
                        description="`drift run LABEL VAR=VALUE ...` executes every chapter (ci) with those environment "

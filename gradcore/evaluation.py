@@ -206,17 +206,22 @@ class Evaluation:
         """MSE of the reconstruction over the gray guess's MSE: 1 or more, the attacker learned nothing."""
         return self.value(scenario, attack, defense, "mse") / self.reference.get(scenario, {}).get("mse", math.nan)
 
+    def case_mse(self, scenario: str, attack: str, defense: str) -> np.ndarray:
+        """Per case of the cell, the MSE of its reconstruction (mean over the case's batch)."""
+        cell = self.cell(scenario, attack, defense)
+        if cell is None:
+            raise ValueError(f"{attack!r} did not run against {defense!r} on {scenario!r}")
+        return np.array([float(quality.mse(reconstruction, truth).mean())
+                         for reconstruction, truth in zip(cell.reconstructions, self.truths[scenario])])
+
     def case_to_gray(self, scenario: str, attack: str, defense: str) -> np.ndarray:
         """Per case of the cell, the MSE of its reconstruction over the gray guess's MSE for that case.
 
         :meth:`to_gray` divides means; this keeps the cases apart, for a claim stated as a rate or
         a median over the private images.
         """
-        cell = self.cell(scenario, attack, defense)
-        if cell is None:
-            raise ValueError(f"{attack!r} did not run against {defense!r} on {scenario!r}")
-        return np.array([float(quality.mse(reconstruction, truth).mean() / quality.mse(torch.full_like(truth, 0.5), truth).mean())
-                         for reconstruction, truth in zip(cell.reconstructions, self.truths[scenario])])
+        gray = np.array([float(quality.mse(torch.full_like(truth, 0.5), truth).mean()) for truth in self.truths[scenario]])
+        return self.case_mse(scenario, attack, defense) / gray
 
     def stopped(self, defense: str, level: float = 1.0, attacks: Sequence[str] | None = None) -> tuple[int, int]:
         """``(stopped, attacked)``: of the (scenario, attack) pairs run against ``defense``, how many
@@ -442,6 +447,22 @@ def misdirection(case, decoy_inputs: torch.Tensor, decoy_labels: torch.Tensor, a
 def layer_cosines(shared: Sequence[torch.Tensor], true: Sequence[torch.Tensor]) -> list[float]:
     """Cosine between each layer of a shared gradient and the true one (layers where both are non-zero)."""
     return [float((s * t).sum() / (s.norm() * t.norm())) for s, t in zip(shared, true) if s.norm() > 0 and t.norm() > 0]
+
+
+def clipped_direction(cases: Sequence, bound: float) -> tuple[float, int]:
+    """What clipping to ``bound`` leaves of each case's gradient: the least layer cosine to the raw gradient, in float64,
+    and on how many cases the bound acts at all (the raw gradient's norm above it).
+
+    Clipping multiplies the whole gradient by ``min(1, bound / norm)``, so the cosine is 1 up to
+    round-off: an attack that matches the direction faces the same objective as undefended.
+    """
+    least, active = 1.0, 0
+    for case in cases:
+        raw = [g.double() for g in case.gradient()]
+        shared = [g.double() for g in case.gradient("clip", bound=bound)]
+        least = min(least, *layer_cosines(shared, raw))
+        active += int(float(torch.sqrt(sum(g.pow(2).sum() for g in raw))) > bound)
+    return least, active
 
 
 def norm_ratios(shared: Sequence[torch.Tensor], true: Sequence[torch.Tensor]) -> list[float]:

@@ -28,6 +28,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from . import reproducibility
 # The profiles and the smoke switch are defined once, with the settings they select.
 from .papers import PROFILES, SMOKE_VARIABLE
 
@@ -510,6 +511,8 @@ def _record_locked(root: Path, status_path: Path, chapter: str, profile: str, in
     status = {c: dict(sorted(p.items())) for c, p in sorted(status.items())}
     write_text_atomically(status_path, json.dumps(status, indent=1, sort_keys=True) + "\n")
     write_status_page(root, status)
+    if profile == DEFAULT_PROFILE and path == root / "notebooks" / f"{chapter}.ipynb" and (root / "_toc.yml").exists():
+        write_results_page(root)
 
 
 def write_status_page(root, status: dict) -> None:
@@ -557,6 +560,89 @@ def _seed_rows(path: Path) -> list[str]:
         failures += [f"- {chapter}: {item['claim']} (failed at seeds {', '.join(map(str, item['failed'] + item['missing']))})"
                      for item in failed]
     return rows + ([""] + failures if failures else [])
+
+
+# ----------------------------------------------------------------------------- results at a glance
+
+#: The front page's summary of what reproduces, written from the executed notebooks' claims tables.
+RESULTS_PAGE = Path("notebooks") / "results.md"
+
+
+def _chapter_title(path: Path) -> str:
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    for cell in notebook.get("cells", []):
+        if cell.get("cell_type") == "markdown":
+            for line in "".join(cell.get("source", "")).splitlines():
+                if line.startswith("# "):
+                    return line[2:].strip()
+    return path.stem
+
+
+def _escape_cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def results_page(root) -> str:
+    """The book's results at a glance (Markdown), counted from the claims tables the notebooks show.
+
+    Per chapter, in the order of ``_toc.yml``: how many claims held, how many the chapter marks
+    `not reproduced`, how many failed (none in a committed notebook: a failing claim stops the
+    chapter) and how many are fragile (they hold by less than the drift the chapter's tolerance
+    allows: :func:`gradcore.reproducibility.fragile_claims`); then every `not reproduced` row with
+    its reason, and every fragile row with its margin. Nothing is typed by hand: the front page
+    includes this file, and ``gradcore check`` fails when it no longer matches the notebooks.
+    """
+    root = Path(root)
+    names = [page.split("/", 1)[1] for page in toc_pages(root) if page.startswith("notebooks/")]
+    counts, missing, fragile = [], [], []
+    for name in names:
+        path = root / "notebooks" / f"{name}.ipynb"
+        if name not in chapters(root) or not path.exists():
+            continue
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        link = f"[{_escape_cell(_chapter_title(path))}](../notebooks/{name}.ipynb)"
+        chapter_tolerance = reproducibility.chapter_tolerance(notebook.get("metadata", {}))
+        verdicts, weak = {"yes": 0, "n/a": 0, "NO": 0}, 0
+        for cell in notebook.get("cells", []):
+            tolerance = reproducibility.cell_tolerance(chapter_tolerance, cell.get("metadata", {}))
+            for output in cell.get("outputs", []):
+                table = output.get("data", {}).get(reproducibility.TABLE_MIME)
+                if not table or "holds" not in table.get("header", []):
+                    continue
+                column = table["header"].index("holds")
+                for row in table["rows"]:
+                    verdict = row[column]
+                    verdicts[verdict if verdict in verdicts else "NO"] += 1
+                    if verdict == "n/a":
+                        reason = row[table["header"].index("test")].removeprefix("not reproduced: ")
+                        missing.append(f"| {link} | {_escape_cell(row[0])} | {_escape_cell(row[1])} | "
+                                       f"{_escape_cell(row[2])} | {_escape_cell(reason)} |")
+                for row in reproducibility.fragile_claims(table, tolerance):
+                    weak += 1
+                    fragile.append(f"| {link} | {_escape_cell(row['claim'])} | {row['margin']:.3g} | "
+                                   f"{row['allowed']:.3g} ({row['kind']}) |")
+        total = sum(verdicts.values())
+        counts.append(f"| {link} | {total} | {verdicts['yes']} | {verdicts['n/a']} | {verdicts['NO']} | {weak} |")
+    lines = ["| Chapter | Claims | Held | Not reproduced | Failed | Fragile |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |", *counts]
+    if missing:
+        lines += ["", "### What does not reproduce, and why", "",
+                  "Every row a chapter marks `not reproduced`, with what the source reports, what was measured",
+                  "here and the chapter's reason.", "",
+                  f"````{{dropdown}} The {len(missing)} rows marked not reproduced", "",
+                  "| Chapter | Claim | Source | Measured here | Why |", "| --- | --- | --- | --- | --- |", *missing, "````"]
+    if fragile:
+        lines += ["", "### Fragile rows", "",
+                  "Rows that hold here by less than the drift their chapter allows on another CPU (the",
+                  "values the verdict compares may move by the chapter's declared tolerance for their kind,",
+                  "README, \"Testing\"): on a reader's machine these could flip.", "",
+                  f"````{{dropdown}} The {len(fragile)} fragile rows", "",
+                  "| Chapter | Claim | Margin | Allowed drift |", "| --- | --- | ---: | ---: |", *fragile, "````"]
+    return "\n".join(lines) + "\n"
+
+
+def write_results_page(root) -> None:
+    write_text_atomically(Path(root) / RESULTS_PAGE, results_page(root))
 
 
 # -------------------------------------------------------------------------------------- freshness
@@ -616,6 +702,9 @@ def freshness(root) -> list[str]:
                     f"{name}: {src.relative_to(root)} has {len(source_cells)} cells, "
                     f"{path.relative_to(root)} has {len(executed_cells)}; {rerun}"
                 )
+    page = root / RESULTS_PAGE
+    if (root / "_toc.yml").exists() and (not page.exists() or page.read_text() != results_page(root)):
+        problems.append(f"{RESULTS_PAGE} does not match the notebooks' claims tables: run `gradcore results`")
     return problems
 
 
@@ -757,6 +846,8 @@ def browser_check(root, html_dir=None, screenshots=None) -> list[str]:
                 r.abort()
 
         page.route("**/*", route)
+        shown_claims: dict = {}
+        front_page: dict = {}
         for doc in toc_pages(root):
             rel = f"{doc}.html"
             bad = []
@@ -781,13 +872,17 @@ def browser_check(root, html_dir=None, screenshots=None) -> list[str]:
                     imgs.forEach(i => { i.loading = 'eager'; });
                     await Promise.all(imgs.map(i => i.decode().catch(() => null)));
                     return imgs.map(i => ({src: i.getAttribute('src'), ok: i.complete && i.naturalWidth > 0,
-                                           output: !!i.closest('.cell_output')}));
+                                           output: !!i.closest('.cell_output'),
+                                           captioned: !!(i.closest('figure') && i.closest('figure').querySelector('figcaption'))}));
                 }"""
             )
             broken = [i["src"] for i in images if not i["ok"]]
             if broken:
                 bad.append(f"{len(broken)} image(s) did not load: {', '.join(broken[:3])}")
             figures = sum(i["output"] for i in images)
+            uncaptioned = sum(i["output"] and not i["captioned"] for i in images)
+            if uncaptioned:
+                bad.append(f"{uncaptioned} output figure(s) without a caption (add `:mystnb: figure: caption:` to the cell)")
             nb_path = root / f"{doc}.ipynb"
             if nb_path.exists():
                 expected = _png_outputs(nb_path)
@@ -809,6 +904,13 @@ def browser_check(root, html_dir=None, screenshots=None) -> list[str]:
                 bad.append(f"{math['errors']} TeX error(s) in the math")
             if external:
                 bad.append(f"{len(external)} request(s) to the network blocked, e.g. {external[0]}")
+            claims = page.evaluate(_CLAIMS_ROWS_JS)
+            if claims["unmarked"]:
+                bad.append(f"{claims['unmarked']} claims row(s) without a verdict class (re-execute the chapter)")
+            shown_claims[doc] = claims
+            summary = page.evaluate(_RESULTS_SUMMARY_JS)
+            if summary:
+                front_page = summary
             if screenshots:
                 Path(screenshots).mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(Path(screenshots) / f"{doc.replace('/', '_')}.png"), full_page=True)
@@ -819,4 +921,37 @@ def browser_check(root, html_dir=None, screenshots=None) -> list[str]:
             else:
                 print(f"ok   {rel}  {label}")
         browser.close()
+    # The front page's "What reproduces" counts must be what the chapter pages show.
+    for link, counts in front_page.items():
+        doc = re.sub(r"^(\.\./)+", "", link).removesuffix(".html")
+        shown = shown_claims.get(doc)
+        if shown is None:
+            problems.append(f"front page: its results table links {link}, which is not a page of the toc")
+        elif (shown["rows"], shown["not reproduced"]) != (counts["claims"], counts["not reproduced"]):
+            problems.append(f"front page: {doc} counted {counts['claims']} claims, {counts['not reproduced']} not "
+                            f"reproduced; its page shows {shown['rows']} and {shown['not reproduced']}: run `gradcore results`")
     return problems
+
+
+#: Counts the claims rows of a page, those marked not reproduced, and rows that carry no verdict class.
+_CLAIMS_ROWS_JS = """() => {
+    const rows = [...document.querySelectorAll('table.gradcore-claims tbody tr')];
+    const marked = r => ['claim-holds', 'claim-not-reproduced', 'claim-fails'].some(c => r.classList.contains(c));
+    return {rows: rows.length, 'not reproduced': rows.filter(r => r.classList.contains('claim-not-reproduced')).length,
+            unmarked: rows.filter(r => !marked(r)).length};
+}"""
+
+#: The front page's results table (header Chapter | Claims | Held | Not reproduced | Failed | Fragile): link -> counts.
+_RESULTS_SUMMARY_JS = """() => {
+    const found = {};
+    for (const table of document.querySelectorAll('table')) {
+        const head = [...table.querySelectorAll('thead th')].map(th => th.innerText.trim());
+        if (head.join('|') !== 'Chapter|Claims|Held|Not reproduced|Failed|Fragile') continue;
+        for (const row of table.querySelectorAll('tbody tr')) {
+            const cells = [...row.querySelectorAll('td')].map(td => td.innerText.trim());
+            const link = row.querySelector('a');
+            if (link) found[link.getAttribute('href')] = {claims: +cells[1], 'not reproduced': +cells[3]};
+        }
+    }
+    return found;
+}"""

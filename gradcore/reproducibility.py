@@ -391,6 +391,54 @@ def cell_tolerance(chapter: Tolerance, cell_metadata: Mapping) -> Tolerance:
     return chapter.updated(cell_metadata.get("tolerance"))
 
 
+def allowed_move(values: Sequence[float], kind: str, tolerance: Tolerance) -> float:
+    """How far the values a claim compares may move on another machine, all together.
+
+    The output check lets each printed decimal move by its kind's tolerance (absolute in dB and
+    for fractions, relative otherwise); a claim that compares two measured values (an ordering)
+    can see both move, towards each other. Values at the round-off floor do not move.
+    """
+    total = 0.0
+    for value in values:
+        size = abs(float(value))
+        if not math.isfinite(size) or size <= tolerance.roundoff:
+            continue
+        if kind == "decibels" and size >= tolerance.exact_decibels:
+            continue
+        total += getattr(tolerance, kind) * (1.0 if kind in ("decibels", "fraction") else size)
+    return total
+
+
+def fragile_claims(table: Mapping, tolerance: Tolerance) -> list[dict]:
+    """The rows of a claims table (its JSON) that hold by less than the drift the chapter allows.
+
+    A verdict is compared exactly across machines, but the values behind it may move within
+    the chapter's declared tolerance; a row whose margin is smaller than that move may flip on
+    a reader's CPU. The values are those the row's verdict compares (``tested`` in the JSON);
+    their kind is read from the claim's words, as the output check reads it. Rows without
+    compared decimals (counts and rates compare exactly; categorical verdicts; rows not
+    asserted) are not judged. Returns ``{"claim", "margin", "allowed", "kind"}`` per fragile row.
+    """
+    header = list(table.get("header", []))
+    tested = table.get("tested")
+    if "holds" not in header or "margin" not in header or tested is None:
+        return []
+    claim, holds, margin = (header.index(name) for name in ("claim", "holds", "margin"))
+    fragile = []
+    for row, values in zip(table.get("rows", []), tested):
+        if row[holds] != "yes" or not values:
+            continue
+        try:
+            distance = float(row[margin])
+        except ValueError:
+            continue
+        kind = kind_of(row[claim], table.get("title", ""))
+        allowed = allowed_move(values, kind, tolerance)
+        if math.isfinite(distance) and distance < allowed:
+            fragile.append({"claim": row[claim], "margin": distance, "allowed": allowed, "kind": kind})
+    return fragile
+
+
 #: What a chapter gets when it declares nothing: round-off only. A chapter whose numbers drift
 #: across machines must declare, from measurement, how far (README, "Testing").
 DEFAULT = Tolerance(roundoff=1e-12)

@@ -82,7 +82,14 @@ def test_html_escapes_cells():
     table.add("x < y & z", "<p>", 1.0, True)
     markup = table._repr_html_()
     assert "a &lt;b&gt; title" in markup and "x &lt; y &amp; z" in markup and "<p>" not in markup
-    assert markup.count("<tr>") == 2
+    assert markup.count("<tr") == 2 and "<tr class='claim-holds'>" in markup
+    table.not_reproduced("w", "p", "v", "why")
+    table.add("f", "p", 0.0, False, "t", -1.0)
+    markup = table._repr_html_()
+    # Each verdict has its own class and mark, so a reader tells them apart in any theme and in print.
+    assert "<tr class='claim-not-reproduced'>" in markup and "\u2013 n/a" in markup
+    assert "<tr class='claim-fails'>" in markup and "\u2717 NO" in markup
+    assert "<td class='number'>1.0</td>" in markup
 
 
 @pytest.mark.parametrize("value, text", [
@@ -222,3 +229,8 @@ def test_rate_claims_use_the_wilson_interval():
     assert "263 of 400 (66%; 95% CI 61%-70%)" == table.rows[0].reproduced
     with pytest.raises(ValueError):
         claims.wilson(5, 4)
+    chance = claims.Claims("t")
+    chance.rate_near_chance("like chance", "p", 2, 10, 0.1)  # 20% seen, but 10 draws cannot tell it from 10%
+    chance.rate_near_chance("above chance", "p", 4, 10, 0.1)  # CI 17%-69%: above chance
+    assert [row.holds for row in chance.rows] == [True, False]
+    assert chance.rows[0].margin == pytest.approx(0.1 - claims.wilson(2, 10)[0])

@@ -310,3 +310,14 @@ def test_a_bug_inside_an_attack_propagates_instead_of_scoring_a_refusal(digits, 
     assert "one sample" in refused.skipped[("B=2", "walk")]
     with pytest.raises(attacks.base.check.AttackRefused):
         attacks.attack("walk_back", cases["B=1"][0].model, cases["B=1"][0].gradient(), shape=(8, 8), batch_size=2)
+
+
+def test_clipping_keeps_the_direction_and_says_where_it_acts():
+    from gradcore import data, experiments, evaluation, gradients
+
+    digits = data.load("digits", limit=100)
+    cases = experiments.scenarios(digits, "mlp", 1, 3, seed=0, widths=(16,))
+    norms = [float(gradients.norm(case.gradient())) for case in cases]
+    bound = sorted(norms)[1]  # acts on the largest gradient only
+    least, active = evaluation.clipped_direction(cases, bound)
+    assert active == 1 and abs(least - 1) < 1e-12

@@ -151,15 +151,36 @@ def test_gan_prior_matrix_runs_each_attack_with_its_generator_and_the_untrained_
     assert not grid.ran("digits", "GIAS (untrained prior)", "clip 4")  # the control runs undefended only
     spec = gan.gan_attacks(specs, budgets, prior.generator, scenarios=["digits"])["GIAS"]
     assert spec["generator"] is prior.generator and spec["labels"] == "hidden" and spec["latent_iterations"] == 2
-    nearness = gan.representatives(grid, "digits", "GGL", cases["digits"], prior.public)
-    reconstruction = grid.cell("digits", "GGL", "none").reconstructions[0]
-    assert float(nearness["to private"][0]) == pytest.approx(float((reconstruction - cases["digits"][0].inputs).pow(2).mean()))
-    same_class = prior.public.images[prior.public.labels == cases["digits"][0].labels[0]]
-    assert float(nearness["to class"][0]) == pytest.approx(float((same_class - reconstruction).pow(2).flatten(1).mean(1).min()),
-                                                           rel=1e-5)
+    quality = gan.prior_quality({"digits": prior}, samples=4, private_classes={"digits": ["3"]})
+    assert quality.rows[0][:2] == ["digits", "190"]  # scored on the threes only, but the training set is all 190
+    from gradcore import generative
+    threes = generative.nearest_training_images(prior.private.images, prior.public.of_classes(["3"]))[1]
+    assert quality.rows[0][4] == f"{threes.mean():.4f}"  # held-out images against the public threes alone
+    # A reconstruction that is its private image identifies it; one copy of the class mean cannot.
+    grid.cell("digits", "GGL", "none").reconstructions = [case.inputs.clone() for case in cases["digits"]]
+    assert gan.identified(grid, "digits", "GGL").tolist() == [True]
 
 
-def test_public_mean_floor_and_the_capped_baseline_comparison(digits):
+def test_identification_finds_the_own_image_and_a_mean_image_only_by_chance(digits):
+    from gradcore import evaluation
+    from gradcore.experiments import generative as gan
+
+    cases = experiments.scenarios(digits.of_classes(["3"]), "mlp", 1, 6, seed=1, distinct=True, widths=(8,))
+    truths = [case.inputs for case in cases]
+    grid = evaluation.Evaluation(["s"], ["own", "mean"], ["none"], ["mse"], truths={"s": truths})
+    noisy = [t + 0.02 * torch.randn(t.shape, generator=torch.Generator().manual_seed(i)) for i, t in enumerate(truths)]
+    grid.add(evaluation.Cell("s", "own", "none", {"mse": 0.0}, noisy, 0.0, [], 6))
+    mean = torch.cat(truths).mean(dim=0, keepdim=True)
+    grid.add(evaluation.Cell("s", "mean", "none", {"mse": 0.0}, [mean] * 6, 0.0, [], 6))
+    assert gan.identified(grid, "s", "own").all()
+    assert gan.identified(grid, "s", "mean").sum() == 1  # the one image nearest the mean, and no other
+    repeated = evaluation.Evaluation(["s"], ["own"], ["none"], ["mse"], truths={"s": [truths[0], truths[0]]})
+    repeated.add(evaluation.Cell("s", "own", "none", {"mse": 0.0}, [truths[0], truths[0]], 0.0, [], 2))
+    with pytest.raises(ValueError, match="distinct"):
+        gan.identified(repeated, "s", "own")
+
+
+def test_public_data_floors_and_the_raw_baseline_comparison(digits):
     from gradcore import evaluation
     from gradcore.experiments import generative as gan
 
@@ -171,16 +192,20 @@ def test_public_mean_floor_and_the_capped_baseline_comparison(digits):
     mean3 = threes.images.mean(dim=0, keepdim=True)
     expected3 = float(torch.cat([(c.inputs - mean3).pow(2).flatten(1).mean(1) for c in cases]).mean())
     assert gan.public_mean_mse(digits, cases, classes=["3"]) == pytest.approx(expected3, rel=1e-6)
+    # The class-conditional floor: each image against its own class's mean, never above the pooled mean's MSE.
+    by_class = gan.class_mean_mse(digits, cases)
+    for case, value in zip(cases, by_class):
+        own = digits.images[digits.labels == case.labels[0]].mean(dim=0)
+        assert value == pytest.approx(float((case.inputs[0] - own).pow(2).mean()), rel=1e-6)
+    assert by_class.mean() < expected
+    with pytest.raises(ValueError, match="no public image"):
+        gan.class_mean_mse(digits.of_classes(["3"]), [c for c in cases if int(c.labels[0]) != 3])
+    assert gan.gain_over(np.array([0.1]), np.array([0.01]))[0] == pytest.approx(10.0)
 
     grid = evaluation.Evaluation(["s"], ["a"], ["x", "y", "d"], ["mse"])
     for defense, value in (("x", 0.05), ("y", 0.30), ("d", 0.20)):
         grid.add(evaluation.Cell("s", "a", defense, {"mse": value}, [], 0.0, [], 1))
-    # Below the floor the comparison is strict: y (0.30) is ahead of d (0.20).
-    strict = gan.ahead_of_baselines(grid, "s", "a", "d", ["x", "y"], floor=1.0)
-    assert strict["strongest"] == "y" and not strict["holds"] and strict["margin"] == pytest.approx(-0.1)
-    # Both beyond the floor: a tie, which holds with margin 0.
-    tied = gan.ahead_of_baselines(grid, "s", "a", "d", ["x", "y"], floor=0.1)
-    assert tied["holds"] and tied["margin"] == 0
-    # The defense below the floor and behind a baseline beyond it fails.
-    behind = gan.ahead_of_baselines(grid, "s", "a", "d", ["x", "y"], floor=0.25)
-    assert not behind["holds"] and behind["margin"] == pytest.approx(-0.05)
+    behind = gan.ahead_of_baselines(grid, "s", "a", "d", ["x", "y"])
+    assert behind["strongest"] == "y" and not behind["holds"] and behind["margin"] == pytest.approx(-0.1)
+    ahead = gan.ahead_of_baselines(grid, "s", "a", "y", ["x", "d"])
+    assert ahead["holds"] and ahead["margin"] == pytest.approx(0.1)

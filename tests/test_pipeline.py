@@ -177,6 +177,30 @@ def test_freshness_accepts_a_matching_notebook(repo):
     assert pipeline.freshness(repo) == []
 
 
+def test_results_page_counts_the_claims_the_notebooks_show_and_goes_stale(repo):
+    from gradcore.claims import Claims
+
+    (repo / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: notebooks/tiny\n")
+    path = write_fake_executed(repo)
+    notebook = nbformat.read(path, as_version=4)
+    table = Claims("tiny claims")
+    table.at_least("holds", "p", 2.0, 1.0)
+    table.at_least("holds too", "p", 3.0, 1.0)
+    table.not_reproduced("needs data | not here", 5.0, "n/a", "no such data on disk")
+    notebook.cells[-1].outputs = [nbformat.v4.new_output("display_data", data=table._repr_mimebundle_())]
+    pipeline.write_notebook(notebook, path)
+    assert any("results.md" in problem for problem in pipeline.freshness(repo))  # never written: stale
+    pipeline.write_results_page(repo)
+    page = (repo / "notebooks" / "results.md").read_text()
+    assert "| [A tiny chapter](../notebooks/tiny.ipynb) | 3 | 2 | 1 | 0 | 0 |" in page
+    assert "needs data \\| not here" in page and "no such data on disk" in page
+    assert pipeline.freshness(repo) == []
+    table.rows.pop()
+    notebook.cells[-1].outputs = [nbformat.v4.new_output("display_data", data=table._repr_mimebundle_())]
+    pipeline.write_notebook(notebook, path)
+    assert any("results.md" in problem for problem in pipeline.freshness(repo))
+
+
 def test_freshness_reports_a_missing_notebook(repo):
     (problem,) = pipeline.freshness(repo)
     assert problem.startswith("tiny: notebooks/tiny.ipynb is missing") and "gradcore run tiny" in problem

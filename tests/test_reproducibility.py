@@ -216,3 +216,22 @@ def test_nbval_plugin_accepts_drift_and_names_a_regression(tmp_path):
     assert "±0.5 dB" in result.stdout
     committed("PSNR 20.0 attacks 4\n")
     assert "integer '4' became '3'" in _nbval(tmp_path, *plugin).stdout
+
+
+def test_fragile_claims_are_those_a_declared_drift_could_flip():
+    from gradcore.claims import Claims
+
+    table = Claims("claims")
+    table.at_least("recovers the image (PSNR over gray, dB)", "p", 10.5, 10.0)   # 0.5 dB from failing
+    table.at_least("recovers it by far (PSNR over gray, dB)", "p", 13.0, 10.0)   # 3 dB
+    table.less("noise protects more (MSE)", "p", 0.100, 0.105)                    # 5% apart
+    table.less("CENSOR protects more (MSE)", "p", 0.100, 0.200)
+    table.rate_at_least("locks on (draws)", "p", 9, 10, 0.5)                     # counts compare exactly
+    table.not_reproduced("not here (PSNR, dB)", "p", 1.0, "no data")
+    data = table._repr_mimebundle_()[reproducibility.TABLE_MIME]
+    tolerance = reproducibility.Tolerance(decibels=1.0, magnitude=0.08, fraction=0.05, other=0.05, roundoff=1e-12)
+    fragile = reproducibility.fragile_claims(data, tolerance)
+    assert [row["claim"] for row in fragile] == ["recovers the image (PSNR over gray, dB)", "noise protects more (MSE)"]
+    assert fragile[0]["kind"] == "decibels" and fragile[0]["allowed"] == pytest.approx(1.0)
+    assert fragile[1]["allowed"] == pytest.approx(0.08 * (0.100 + 0.105))  # both sides of an ordering may move
+    assert reproducibility.fragile_claims(data, reproducibility.Tolerance(roundoff=1e-12)) == []  # bit-exact: none

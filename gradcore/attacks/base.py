@@ -337,6 +337,8 @@ def optimise(observation: Observation, steps: Steps, iterations: int, descriptio
         candidate = steps.current()
         if not torch.isfinite(objective).all() or not torch.isfinite(candidate).all():
             diverged = True
+            # The bar stops short of 100%: say why, so a reader does not take it for a cut-off run.
+            progress.set_postfix_str(f"diverged at step {iteration}, last finite iterate kept", refresh=False)
             break
         unmoved = unmoved + 1 if before and all(torch.equal(b, v) for b, v in zip(before, steps.variables)) else 0
         last_good = candidate

@@ -374,7 +374,9 @@ def ggl(observation: Observation, generator: Generator, generations: int = 60, p
     sigma : float
         CMA-ES's initial step size in latent units.
     kl_weight : float
-        Weight of the KL regulariser (``lambda`` of Eq. 5; gradcore's choice, the source gives none).
+        Weight of the KL regulariser (``lambda`` of Eq. 5). CENSOR gives none; 0.1 is the released
+        GGL code's (``zhuohangli/GGL``, ``reconstructor.py``, ``ng_loss``: ``dist += 0.1*KLD``), which
+        adds it only when the latent is not squashed by ``tanh``.
     """
     import cma
 

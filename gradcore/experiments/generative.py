@@ -3,8 +3,8 @@
 * :func:`train_prior`: a public/private split of a data set and a DCGAN trained on the public part;
 * :func:`prior_quality`: what the generator draws and how near it comes to its training images;
 * :func:`gan_attacks`: the attack specs of :func:`gradcore.evaluation.matrix`, with the prior attached;
-* :func:`representatives`: Observation 2, whether a reconstruction is the private image or its class's
-  typical image.
+* :func:`class_mean_mse`: the floor of a GAN-prior attack (the label and the public data, nothing more);
+* :func:`identified`: Observation 2, whether a reconstruction identifies its private image among the others.
 """
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+import numpy as np
 import torch
 
-from .. import data, generative, plots
+from .. import data, generative, gradients, plots
+from .. import validation as check
 from ..claims import Table
 from ..evaluation import Evaluation, matrix
 
@@ -48,20 +50,27 @@ def train_prior(dataset: data.Dataset, held_out_per_class: int, steps: int, trai
     return Prior(dataset.name, public, private, generator, log, time.perf_counter() - start)
 
 
-def prior_quality(priors: Mapping[str, Prior], samples: int = 32, seed: int = 0) -> Table:
+def prior_quality(priors: Mapping[str, Prior], samples: int = 32, seed: int = 0,
+                  private_classes: Mapping[str, Sequence[str] | None] | None = None) -> Table:
     """The generators' nearest-neighbour check: samples against their training images.
 
     For each generator: the mean MSE from a sample to its nearest training image, and the
     same for the held-out (private) images, which the generator never saw. A generator that
     memorised draws samples far nearer to its training set than new images of the same
-    distribution are; one that generalises (or is simply poor) does not.
+    distribution are; one that generalises (or is simply poor) does not. ``private_classes``
+    (per prior) scores only the classes the attacks target (the faces of ``lfw_subset``, not
+    its non-face patches): samples of those classes against the public images of those classes.
     """
     rows = []
     for label, prior in priors.items():
-        classes = torch.arange(samples) % prior.generator.num_classes
+        names = (private_classes or {}).get(label)
+        public = prior.public if names is None else prior.public.of_classes(names)
+        wanted = (torch.arange(prior.generator.num_classes) if names is None
+                  else torch.tensor([prior.public.classes.index(name) for name in names]))
+        classes = wanted[torch.arange(samples) % len(wanted)]
         drawn = generative.sample(prior.generator, classes, seed)
-        _, sample_distance = generative.nearest_training_images(drawn, prior.public)
-        _, held_distance = generative.nearest_training_images(prior.private.images, prior.public)
+        _, sample_distance = generative.nearest_training_images(drawn, public)
+        _, held_distance = generative.nearest_training_images(prior.private.images, public)
         rows.append([label, len(prior.public), prior.log.settings["steps"],
                      f"{sample_distance.mean():.4f}", f"{held_distance.mean():.4f}",
                      f"{float((sample_distance < held_distance.min()).float().mean()):.2f}"])
@@ -116,10 +125,9 @@ def public_mean_mse(public: data.Dataset, cases: Sequence, classes: Sequence[str
 
     An attacker with the public data but nothing from the gradient does best, in expected
     squared error, with the mean image of the distribution, and that is nearer to a private
-    image than the uniform gray guess is. A GAN-prior attack answers with a plausible image
-    whatever the gradient says, so "it learned nothing from the gradient" means "no better
-    than this", not "no better than gray". ``classes`` restricts the public data to the
-    classes the private images are drawn from (the faces, not the non-face patches).
+    image than the uniform gray guess is. ``classes`` restricts the public data to the
+    classes the private images are drawn from. An attacker who also reads the label off the
+    gradient does better still: :func:`class_mean_mse`.
     """
     if classes is not None:
         public = public.of_classes(classes)
@@ -127,22 +135,59 @@ def public_mean_mse(public: data.Dataset, cases: Sequence, classes: Sequence[str
     return float(torch.cat([(case.inputs.cpu() - mean).pow(2).flatten(1).mean(1) for case in cases]).mean())
 
 
-def ahead_of_baselines(grid: Evaluation, scenario: str, attack: str, defense: str, baselines: Sequence[str],
-                       floor: float) -> dict:
-    """Does ``defense`` protect at least as well as every baseline against ``attack``, in MSE capped at ``floor``?
+def class_mean_mse(public: data.Dataset, cases: Sequence) -> np.ndarray:
+    """Per case, the MSE of its private images to the mean public image of each one's class.
 
-    ``floor`` is where the attacker has learned nothing (:func:`public_mean_mse` for a GAN-prior
-    attack): beyond it a larger MSE says nothing more, and two defenses that both push the
-    attack there protect equally. Returns the strongest baseline, both MSEs, whether the
-    defense holds (its capped MSE at least the baseline's) and the margin (the difference of
-    the capped MSEs).
+    The floor of a GAN-prior attack (CENSOR, Sec. III, Observation 2: GGL leaks the class).
+    The attacks read the label off the gradient (iDLG's rule), so an attacker who learns
+    nothing else from it still knows the class, and its best guess in squared error is then
+    the class's mean public image. A GAN-prior attack that does no better than this has
+    learned the label and nothing more.
+
+    Raises
+    ------
+    GradcoreValueError
+        A private image whose class has no public image.
+    """
+    means: dict[int, torch.Tensor] = {}
+    per_case = []
+    for case in cases:
+        errors = []
+        for image, label in zip(case.inputs.cpu(), case.labels.cpu().tolist()):
+            if label not in means:
+                members = public.images[public.labels == label]
+                if len(members) == 0:
+                    raise check.GradcoreValueError(f"class {public.classes[label]!r} has no public image: no class mean to "
+                                                   "score against")
+                means[label] = members.mean(dim=0)
+            errors.append(float((image - means[label]).pow(2).mean()))
+        per_case.append(float(np.mean(errors)))
+    return np.array(per_case)
+
+
+def gradient_norms(cases: Sequence) -> np.ndarray:
+    """The norm of each case's undefended gradient: a clipping bound above it leaves the gradient as it is."""
+    return np.array([float(gradients.norm(case.gradient())) for case in cases])
+
+
+def gain_over(floor: np.ndarray, mse: np.ndarray) -> np.ndarray:
+    """PSNR gained over a floor, in dB, case by case: ``10 log10(floor / mse)`` (0 dB: no better than the floor)."""
+    return 10 * np.log10(np.asarray(floor, dtype=float) / np.asarray(mse, dtype=float))
+
+
+def ahead_of_baselines(grid: Evaluation, scenario: str, attack: str, defense: str, baselines: Sequence[str]) -> dict:
+    """Does ``defense`` protect at least as well as every baseline against ``attack`` (raw MSE)?
+
+    Returns the strongest baseline (largest MSE), both MSEs, whether the defense holds (its MSE
+    at least the baseline's) and the margin (the difference of the MSEs: negative when a
+    baseline protects more). Whether either pushed the attack to its floor is a separate
+    question (:func:`class_mean_mse`), asked by its own claim.
     """
     value = {d: grid.value(scenario, attack, d, "mse") for d in (*baselines, defense)}
     strongest = max(baselines, key=lambda d: value[d])
-    margin = min(value[defense], floor) - min(value[strongest], floor)
+    margin = value[defense] - value[strongest]
     return {"strongest": strongest, "baseline": value[strongest], "defense": value[defense], "holds": margin >= 0,
-            "margin": margin,
-            "shown": f"{strongest} {value[strongest]:.4f}, {defense} {value[defense]:.4f} (floor {floor:.4f})"}
+            "margin": margin, "shown": f"{strongest} {value[strongest]:.4f}, {defense} {value[defense]:.4f}"}
 
 
 def reconstruction_figure(grid: Evaluation, scenario: str, case, attacks: Sequence[str] | None = None):
@@ -155,30 +200,25 @@ def reconstruction_figure(grid: Evaluation, scenario: str, case, attacks: Sequen
                                      size=1.1)
 
 
-def representatives(grid: Evaluation, scenario: str, attack: str, cases: Sequence, public: data.Dataset,
-                    defense: str = "none") -> dict:
-    """CENSOR's Observation 2 measured: is the reconstruction the private image, or a typical image of its class?
+def identified(grid: Evaluation, scenario: str, attack: str, defense: str = "none") -> np.ndarray:
+    """Per private image (batch size 1), whether the attack's reconstruction is nearest to it among all of the scenario's.
 
-    ``cases`` are the scenario's cases, as passed to the matrix. For each attacked image: the
-    MSE of the reconstruction to the private image (``to private``), to the nearest public
-    image of the private image's class (``to class``: what the generator was trained on), and
-    of the private image itself to that class (``private to class``). A reconstruction nearer
-    to a public image of the class than to the private one, and nearer to the public images
-    than the private image is, is a typical member of the class, not the person: what leaked
-    is the label. (The second test rules out a reconstruction that is merely poor: a blur is
-    near nothing.)
+    The identification test of CENSOR's Observation 2: a reconstruction that shows *the*
+    private image is nearer to it than to the other private images of the same
+    distribution; one that shows a typical member of the class (or the class's mean image)
+    is nearest to whichever private image is most typical, and so identifies its own only
+    about as often as chance (one in the number of images). The private images must be
+    distinct (draw them with ``scenarios(..., distinct=True)``).
     """
     cell = grid.cell(scenario, attack, defense)
-    truths = torch.cat([case.inputs for case in cases])
-    labels = torch.cat([case.labels for case in cases])
-    reconstructions = torch.cat(cell.reconstructions).cpu()
-    truths = truths.cpu()
-    to_private = (reconstructions - truths).pow(2).flatten(1).mean(1)
-
-    def nearest_of_class(image: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
-        same = public.subset(torch.nonzero(public.labels == label).flatten().numpy())
-        return generative.nearest_training_images(image[None], same)[1][0]
-
-    to_class = torch.stack([nearest_of_class(image, label) for image, label in zip(reconstructions, labels.cpu())])
-    private_to_class = torch.stack([nearest_of_class(image, label) for image, label in zip(truths, labels.cpu())])
-    return {"to private": to_private, "to class": to_class, "private to class": private_to_class}
+    if cell is None:
+        raise ValueError(f"{attack!r} did not run against {defense!r} on {scenario!r}")
+    truths = torch.cat(grid.truths[scenario]).cpu().flatten(1)
+    if len(truths) != len(cell.reconstructions):
+        raise check.GradcoreValueError("identification needs one private image per case (batch size 1)")
+    if len(torch.unique(truths, dim=0)) != len(truths):
+        raise check.GradcoreValueError("identification needs distinct private images: draw them with distinct=True")
+    reconstructions = torch.cat(cell.reconstructions).cpu().flatten(1)
+    # Squared Euclidean distance ranks exactly as MSE does.
+    nearest = torch.cdist(reconstructions.double(), truths.double()).argmin(dim=1)
+    return (nearest == torch.arange(len(truths))).numpy()
