@@ -368,6 +368,10 @@ CENSOR = PAPERS.add("censor", Paper(
         # Observation 2's control: an attack that may leave what the generator draws (GIAS tunes its weights), whose
         # reconstructions the identification test must tell apart from chance for GGL's result to mean anything.
         "gan_identification_control": "GIAS",
+        # The attacks run undefended, with their untrained-prior controls, on the distinct held-out images of
+        # Observation 2 (gan_observation_images), where their "recovers the image" and "the trained prior does it"
+        # rows are measured: on two images the faces rows moved across the 1 dB bar from seed to seed.
+        "gan_observed_attacks": {"digits": ("GGL",), "faces": ("GGL", "GIAS", "GIFD")},
     },
     profiles={
         "ci": {"threads": 1, "image_size": 16, "attack_model": "lenet", "attack_images": 2, "lbfgs_steps": 8,

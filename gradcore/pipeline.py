@@ -904,6 +904,9 @@ def browser_check(root, html_dir=None, screenshots=None) -> list[str]:
                 bad.append(f"{math['errors']} TeX error(s) in the math")
             if external:
                 bad.append(f"{len(external)} request(s) to the network blocked, e.g. {external[0]}")
+            boxed = page.evaluate(_DARK_TABLES_JS)
+            if boxed:
+                bad.append(f"{boxed} output table(s) on a light box in dark mode (book/_static/gradcore.css)")
             claims = page.evaluate(_CLAIMS_ROWS_JS)
             if claims["unmarked"]:
                 bad.append(f"{claims['unmarked']} claims row(s) without a verdict class (re-execute the chapter)")
@@ -932,6 +935,18 @@ def browser_check(root, html_dir=None, screenshots=None) -> list[str]:
                             f"reproduced; its page shows {shown['rows']} and {shown['not reproduced']}: run `gradcore results`")
     return problems
 
+
+#: In dark mode, the output tables whose box is not transparent (the theme's light box for HTML outputs).
+_DARK_TABLES_JS = """() => {
+    const root = document.documentElement, before = root.dataset.theme;
+    root.dataset.theme = 'dark';
+    const boxed = [...document.querySelectorAll('.cell_output table')].filter(t => {
+        const box = t.closest('.output');
+        return box && getComputedStyle(box).backgroundColor !== 'rgba(0, 0, 0, 0)';
+    }).length;
+    root.dataset.theme = before;
+    return boxed;
+}"""
 
 #: Counts the claims rows of a page, those marked not reproduced, and rows that carry no verdict class.
 _CLAIMS_ROWS_JS = """() => {
