@@ -393,7 +393,7 @@ def cmd_seeds(root: Path, args) -> int:
                             "held at every seed": len(everywhere), "not reproduced at every seed": len(never_asserted),
                             "failed somewhere": [{"claim": r["claim"], "failed": r["failed"], "missing": r["missing"]}
                                                  for r in failing],
-                            "date": time.strftime("%Y-%m-%d", time.gmtime())}
+                            "date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": _commit(root)}
     pipeline.write_text_atomically(summary_path, json.dumps(dict(sorted(summary.items())), indent=1) + "\n")
     status_path = root / "notebooks" / "status.json"
     if status_path.exists():
@@ -401,6 +401,19 @@ def cmd_seeds(root: Path, args) -> int:
     print(f"\nwrote {summary_path.relative_to(root)}")
     print("\nevery claim held at every seed" if not shaky else f"\n{shaky} claim(s) or run(s) did not hold at every seed")
     return 1 if shaky else 0
+
+
+def _commit(root: Path) -> str:
+    """The code the seeds ran on (short commit, "+ changes" if the tree was dirty), so a reader can tell
+    whether a claim's count predates a later change to it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "not recorded"
+    return head + (" + changes" if dirty else "")
 
 
 def _drift_report(root: Path, labels: list[str]) -> int:

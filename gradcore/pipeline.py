@@ -549,14 +549,16 @@ def _seed_rows(path: Path) -> list[str]:
     rows = ["", "## Claims at other seeds", "",
             "`gradcore seeds SEED ...` reruns the chapters with other seeds, claims reported rather than",
             "asserted, and counts per claim the seeds it held at. A claim that fails at any seed tried is",
-            "named below.", "",
-            "| Chapter | Seeds tried | Runs completed | Claims | Held at every seed | Not reproduced at every seed | Failed at some seed | Date |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "named below. The Code column names the commit the seeds ran on: a claim changed since (a",
+            "chapter's later commits) is counted as it was then.", "",
+            "| Chapter | Seeds tried | Runs completed | Claims | Held at every seed | Not reproduced at every seed | Failed at some seed | Date | Code |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     failures = []
     for chapter, record in summary.items():
         failed = record["failed somewhere"]
         rows.append(f"| {chapter} | {', '.join(map(str, record['seeds']))} | {record['runs completed']} | {record['claims']} | "
-                    f"{record['held at every seed']} | {record['not reproduced at every seed']} | {len(failed)} | {record['date']} |")
+                    f"{record['held at every seed']} | {record['not reproduced at every seed']} | {len(failed)} | {record['date']} | "
+                    f"{record.get('commit', 'not recorded')} |")
         failures += [f"- {chapter}: {item['claim']} (failed at seeds {', '.join(map(str, item['failed'] + item['missing']))})"
                      for item in failed]
     return rows + ([""] + failures if failures else [])

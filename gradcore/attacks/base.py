@@ -329,17 +329,21 @@ def optimise(observation: Observation, steps: Steps, iterations: int, descriptio
     if 0 in wanted:
         kept.append((0, last_good.clone()))
     unmoved = 0
-    progress = tqdm(range(1, iterations + 1), desc=description, disable=description is None or not observation.progress,
+    # A bar updated by hand, not iterated: tqdm's iterator keeps its count locally, so a bar left by a
+    # break (a converged run) would show a stale count (it ended at 87% on a finished run).
+    progress = tqdm(total=iterations, desc=description, disable=description is None or not observation.progress,
                     file=sys.stderr, mininterval=2.0, ncols=80)
-    for iteration in progress:
+    for iteration in range(1, iterations + 1):
         before = [v.detach().clone() for v in steps.variables] if steps.can_stall else []
         objective = steps.step()
         candidate = steps.current()
         if not torch.isfinite(objective).all() or not torch.isfinite(candidate).all():
             diverged = True
             # The bar stops short of 100%: say why, so a reader does not take it for a cut-off run.
-            progress.set_postfix_str(f"diverged at step {iteration}, last finite iterate kept", refresh=False)
+            # (Where it stopped is in the bar's count, which the output check reads loosely: it moves with the CPU.)
+            progress.set_postfix_str("diverged, last finite iterate kept", refresh=False)
             break
+        progress.update(1)
         unmoved = unmoved + 1 if before and all(torch.equal(b, v) for b, v in zip(before, steps.variables)) else 0
         last_good = candidate
         stalled = unmoved >= 2
@@ -350,7 +354,7 @@ def optimise(observation: Observation, steps: Steps, iterations: int, descriptio
                 record(step, value, last_good)
             if step in wanted:
                 kept.append((step, last_good.clone()))
-        if stalled:
+        if stalled:  # converged: the remaining steps would not move it, so the run is complete
             progress.update(iterations - iteration)
             break
     progress.close()
