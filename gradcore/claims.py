@@ -206,21 +206,6 @@ class Claims:
         shown = f"{successes} of {trials} ({successes / trials:.0%}; 95% CI {low:.0%}-{high:.0%})"
         self.add(claim, paper, shown, low >= bound, f"95% CI above {bound:.0%}", low - bound)
 
-    def rate_near_chance(self, claim: str, paper, successes: int, trials: int, chance: float) -> None:
-        """A claim that a method does no better than chance: its 95% interval reaches down to ``chance``.
-
-        Holds when the interval's lower end is at most ``chance`` (the draws give no evidence of
-        doing better); the margin is ``chance`` minus that lower end. Such a claim passes for a
-        test too weak to see anything, so pair it with a control that the same test detects
-        (:meth:`rate_at_least` with ``bound=chance``).
-        """
-        if trials == 0:
-            self.add(claim, paper, "no draws to count", False, f"95% CI reaches chance {chance:.0%}", -chance)
-            return
-        low, high = wilson(successes, trials)
-        shown = f"{successes} of {trials} ({successes / trials:.0%}; 95% CI {low:.0%}-{high:.0%})"
-        self.add(claim, paper, shown, low <= chance, f"95% CI reaches chance {chance:.0%}", chance - low)
-
     def less(self, claim: str, paper, smaller: float, larger: float, names: tuple[str, str] = ("a", "b")) -> None:
         """An ordering the paper claims: ``smaller < larger``."""
         self.add(claim, paper, f"{names[0]} {format_value(smaller)} < {names[1]} {format_value(larger)}", _holds(lambda: smaller < larger),

@@ -229,8 +229,3 @@ def test_rate_claims_use_the_wilson_interval():
     assert "263 of 400 (66%; 95% CI 61%-70%)" == table.rows[0].reproduced
     with pytest.raises(ValueError):
         claims.wilson(5, 4)
-    chance = claims.Claims("t")
-    chance.rate_near_chance("like chance", "p", 2, 10, 0.1)  # 20% seen, but 10 draws cannot tell it from 10%
-    chance.rate_near_chance("above chance", "p", 4, 10, 0.1)  # CI 17%-69%: above chance
-    assert [row.holds for row in chance.rows] == [True, False]
-    assert chance.rows[0].margin == pytest.approx(0.1 - claims.wilson(2, 10)[0])
