@@ -508,13 +508,19 @@ MINIMAL = PAPERS.add("minimal_structure", Paper(
         "converged_mse": 0.05,
         "init_scales": (1.0, 10.0, 30.0),  # Sec. 2.2: sigmoid saturation outside [-4, 4]
         "saturation_threshold": 4.0,
+        # "Recovered" for an optimisation attack: an error below the quantisation noise of an 8-bit
+        # image, (1/255)^2 / 12, i.e. nothing a stored image could show. A rule, not a fit to a seed.
+        "recovered_mse": (1 / 255) ** 2 / 12,
+        "saturation_failed_mse": 1.0,  # a start that never leaves saturation ends far off the [0, 1] image
     },
     profiles={
         # One thread: every model here is tiny, and a second intra-op thread only spins on a shared two-core machine.
         "ci": {"threads": 1, "digit_batches": (1, 4, 8, 16), "photo_batches": (1, 4, 8), "adam_iterations": 500,
-               "lbfgs_iterations": 25, "dlg_iterations": 50, "deconvolution_iterations": 2000, "race_repeats": 3},
+               "lbfgs_iterations": 25, "dlg_iterations": 50, "deconvolution_iterations": 2000, "race_repeats": 3,
+               "saturation_draws": 16},
         "paper": {"threads": None, "digit_batches": (1, 2, 4, 8, 16, 32), "photo_batches": (1, 2, 4, 8, 16), "adam_iterations": 3000,
-                  "lbfgs_iterations": 150, "dlg_iterations": 300, "deconvolution_iterations": 20000, "race_repeats": 11},
+                  "lbfgs_iterations": 150, "dlg_iterations": 300, "deconvolution_iterations": 20000, "race_repeats": 11,
+                  "saturation_draws": 64},
     },
     reported={
         # Sec. 2.2: one hidden node suffices for one instance at any depth; "almost lossless".
@@ -524,7 +530,7 @@ MINIMAL = PAPERS.add("minimal_structure", Paper(
         "direct_output": "h >= (d/d')^2 C B, n0 >= n1(B-1)/(n1-B), 1 < B < n1",  # Sec. 2.3, conv layer feeding the output
     },
     smoke={"dlg": {"max_iter": 2}, "lbfgs": {"max_iter": 2}, "adam_iterations": 2, "lbfgs_iterations": 2, "dlg_iterations": 2, "deconvolution_iterations": 2,
-           "race_repeats": 1},
+           "race_repeats": 1, "saturation_draws": 2},
 ))
 
 
@@ -580,9 +586,9 @@ EXCLUSIVITY = PAPERS.add("neuron_exclusivity", Paper(
     },
     profiles={
         "ci": {"threads": 1, "survey_trials": 12, "train_epochs": 2, "dlg_steps": 30, "cosine_iterations": 300, "pixel_targets": 1,
-               "reduction_epochs": 10, "hybrid_iterations": 30, "artifact_batches": 5, "theorem1_trials": 4},
+               "reduction_epochs": 10, "hybrid_iterations": 30, "artifact_batches": 5, "theorem1_trials": 4, "control_batches": 16},
         "paper": {"threads": None, "survey_trials": 200, "train_epochs": 10, "dlg_steps": 300, "cosine_iterations": 4800, "pixel_targets": 16,
-                  "reduction_epochs": 40, "hybrid_iterations": 100, "artifact_batches": 10, "theorem1_trials": 20},
+                  "reduction_epochs": 40, "hybrid_iterations": 100, "artifact_batches": 10, "theorem1_trials": 20, "control_batches": 64},
     },
     reported={
         # Sec. 4: the insecure condition (ExANs at the last ReLU layer, at every other) and the source's example batch (Fig. 2).
@@ -595,7 +601,7 @@ EXCLUSIVITY = PAPERS.add("neuron_exclusivity", Paper(
         "artifact_gradient_error": 1e-8,
     },
     smoke={"euclidean": {"max_iter": 2}, "survey_trials": 2, "train_epochs": 1, "dlg_steps": 2, "cosine_iterations": 2, "pixel_targets": 2,
-           "reduction_epochs": 1, "hybrid_iterations": 2, "artifact_batches": 1, "theorem1_trials": 2},
+           "reduction_epochs": 1, "hybrid_iterations": 2, "artifact_batches": 1, "theorem1_trials": 2, "control_batches": 2},
 ))
 
 

@@ -209,3 +209,27 @@ def test_public_data_floors_and_the_raw_baseline_comparison(digits):
     assert behind["strongest"] == "y" and not behind["holds"] and behind["margin"] == pytest.approx(-0.1)
     ahead = gan.ahead_of_baselines(grid, "s", "a", "y", ["x", "d"])
     assert ahead["holds"] and ahead["margin"] == pytest.approx(0.1)
+
+
+def test_saturation_sweep_measures_each_draw_on_the_attacks_own_start(digits):
+    adam = {"optimiser": "adam", "lr": 0.1, "init": "randn", "record_every": 100, "iterations": 500}
+    sweep = experiments.minimal.saturation_sweep(digits, (1.0, 30.0), 2, {"widths": (32,), "activation": "sigmoid"}, adam,
+                                                 seed=3, progress=False)
+    assert [len(sweep.final_mse[scale]) for scale in (1.0, 30.0)] == [2, 2]
+    # A standard-normal start leaves the sigmoids in their working range; thirty times it saturates most of them.
+    assert max(sweep.shares[1.0]) < 0.2 < 0.5 < min(sweep.shares[30.0])
+    assert sweep.count(1.0, below=(1 / 255) ** 2 / 12) == 2 and sweep.count(30.0, above=1.0) == 2
+    assert [row[0] for row in sweep.rows()] == [1.0, 30.0] and sweep.rows()[1][3] == max(sweep.final_mse[30.0])
+    with pytest.raises(ValueError):
+        experiments.minimal.saturation_sweep(digits, (1.0,), 0, {"widths": (32,)}, adam)
+
+
+def test_dlg_on_insecure_batches_attacks_distinct_insecure_batches():
+    digits = data.load("digits")
+    model = models.build("mlp", digits.shape, digits.num_classes, seed=0, widths=(256, 256)).double()
+    config = {"optimiser": "lbfgs", "lr": 1.0, "max_iter": 20, "iterations": 20}
+    values = experiments.exclusivity.dlg_on_insecure_batches(digits, model, 2, 1, config, np.random.default_rng(0), seed=0)
+    # One sample is always insecure, and DLG with its label recovers it on this wide network.
+    assert len(values) == 2 and min(values) > 40
+    with pytest.raises(ValueError):
+        experiments.exclusivity.dlg_on_insecure_batches(digits, model, 0, 1, config, np.random.default_rng(0))

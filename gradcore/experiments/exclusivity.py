@@ -73,6 +73,29 @@ def learning_attack_sweep(dataset: data.Dataset, widths: Sequence[int], batch_si
     return LearningSweep(psnr, threshold)
 
 
+def dlg_on_insecure_batches(dataset: data.Dataset, model: torch.nn.Module, count: int, batch_size: int, attack_config: dict,
+                            rng: np.random.Generator, tries: int = 200, seed: int = 0) -> list[float]:
+    """Mean PSNR of DLG (labels given) on ``count`` random insecure batches of one float64 FCN.
+
+    The control behind "the deterministic attack stably outperforms learning-based attacks"
+    (Pan et al., Sec. 4 and 7.2): whether DLG recovers an insecure batch is a matter of the
+    batch, so the comparison is only informative where DLG fails on most of them. Batches are
+    drawn with :func:`gradcore.exclusivity.find_batch` (``rng``, ``tries``) from ``dataset``.
+    """
+    check.positive_int("count", count)
+    network = dense.from_torch(model)
+    pixels = dataset.images.reshape(len(dataset), -1).double().numpy()
+    values = []
+    for _ in range(count):
+        index = find_batch(network, pixels, batch_size, "insecure", rng, tries=tries)
+        inputs, labels = dataset.images[index].double(), dataset.labels[index]
+        gradient = grads.batch_gradient(model, inputs, labels)
+        result = attacks.attack("dlg", model, gradient, shape=dataset.shape, batch_size=batch_size, labels=labels, truth=inputs,
+                                seed=seed, progress=False, **attack_config)
+        values.append(float(result.score(inputs, "psnr").mean()))
+    return values
+
+
 def reduction_accuracy(dataset: data.Dataset, widths: Sequence[int], epochs: int, lr: float, holdout: int,
                        seed: int = 0) -> dict:
     """Held-out accuracy of the FCN with and without its first ReLU, same initial weights and training (Sec. 6).

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from .. import attacks, client, minimal, models
 from .. import validation as check
 from ..claims import Table
-from .common import scenario
+from ..scenarios import scenario, scenarios
 
 
 def cnn_case(dataset, seed: int = 0, **options):
@@ -48,6 +48,47 @@ def batch_sweep(dataset, batch_sizes: Sequence[int], regularisers: Sequence[str]
         runs[name][size] = cases[size].attack("regularised_matching", regulariser=name, weight=weights.get(name, 0.0),
                                               seed=seed, **attack_options)
     return runs
+
+
+@dataclass
+class SaturationSweep:
+    """Result of :func:`saturation_sweep`: per initial dummy scale, one entry per draw."""
+
+    shares: dict  # {scale: [share of sigmoid inputs outside the threshold at the start]}
+    final_mse: dict  # {scale: [the attack's final MSE]}
+
+    def count(self, scale: float, below: float | None = None, above: float | None = None) -> int:
+        """Draws at ``scale`` whose final MSE is at most ``below`` (or at least ``above``)."""
+        values = np.asarray(self.final_mse[scale])
+        return int((values <= below).sum() if below is not None else (values >= above).sum())
+
+    def rows(self) -> list[list]:
+        """Per scale: median saturated share, median and largest final MSE."""
+        return [[scale, float(np.median(self.shares[scale])), float(np.median(self.final_mse[scale])),
+                 float(np.max(self.final_mse[scale]))] for scale in self.shares]
+
+
+def saturation_sweep(dataset, scales: Sequence[float], draws: int, model_options: dict, attack_options: dict,
+                     threshold: float = 4.0, seed: int = 0, progress: bool = True) -> SaturationSweep:
+    """Sigmoid saturation as a failure mode (Qian et al., Sec. 2.2), over random draws.
+
+    Each draw is a different digit on a fresh float64 ``mlp`` (``model_options``), seed
+    ``seed * 1000 + draw``, attacked by ``regularised_matching`` without a regulariser
+    (``attack_options``) from a standard-normal dummy times each of ``scales``. The share of
+    hidden pre-activations outside ``[-threshold, threshold]`` is measured on that very start.
+    """
+    check.positive_int("draws", draws)
+    cases = scenarios(dataset, "mlp", 1, count=draws, seed=seed * 1000, distinct=True, dtype=torch.float64, **model_options)
+    shares: dict = {scale: [] for scale in scales}
+    final: dict = {scale: [] for scale in scales}
+    jobs = [(scale, index) for scale in scales for index in range(draws)]
+    for scale, index in tqdm(jobs, desc="saturation sweep", disable=not progress, file=sys.stderr, mininterval=2.0, ncols=80):
+        case, case_seed = cases[index], seed * 1000 + index
+        start = attacks.INITIALISERS["randn"]((1, *dataset.shape), torch.Generator().manual_seed(case_seed)) * scale
+        shares[scale].append(minimal.saturation(case.model, start.to(torch.float64), threshold))
+        result = case.attack("regularised_matching", regulariser="none", seed=case_seed, init_scale=scale, **attack_options)
+        final[scale].append(result.final("mse"))
+    return SaturationSweep(shares, final)
 
 
 def weight_sweep(dataset, batch_size: int, regularisers: Sequence[str], weights: Sequence[float], model_options: dict,
