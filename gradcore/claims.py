@@ -11,11 +11,13 @@ import html
 import math
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
 import os
 
 from .papers import smoke_run
 from .reproducibility import TABLE_MIME
+from .errors import GradcoreValueError
 
 #: Set (to 1) by ``gradcore seeds``: every claim is computed and shown with its verdict ("NO" where it
 #: fails), and ``Claims.check()`` reports the failures instead of raising, so one failing claim does
@@ -314,6 +316,43 @@ class Table:
         head = "".join(f"<th>{html.escape(str(h))}</th>" for h in self.header)
         body = "".join("<tr>" + "".join(_html_cell(c) for c in r) + "</tr>" for r in self.rows)
         return f"<table class='gradcore-table'><caption>{html.escape(self.title)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def findings(tables: Sequence[Claims], keys: Sequence[str]) -> str:
+    """A chapter's key findings as Markdown, every number taken from its claims tables.
+
+    ``keys`` pick the headline rows: each is the start of one claim's text (an unknown key
+    raises, naming the claims there are). The text opens with the count of claims that
+    held and ends by naming every claim not reproduced, so a reader sees both before the
+    first line of code. Paste it at the top of the chapter with myst-nb's ``glue``
+    (:func:`glue_findings`).
+    """
+    rows = [row for table in tables for row in table.rows]
+    asserted = [row for row in rows if row.holds is not None]
+    missing = [row for row in rows if row.holds is None]
+    lines = [f"**{sum(bool(row.holds) for row in asserted)} of {len(asserted)} checked claims hold; "
+             f"{len(missing)} not reproduced.**", ""]
+    verdict = {True: "holds", False: "does NOT hold", None: "not reproduced"}
+    for key in keys:
+        matches = [row for row in rows if row.claim.startswith(key)]
+        if len(matches) != 1:
+            raise GradcoreValueError(f"finding {key!r} matches {len(matches)} claims; claims: "
+                                     + "; ".join(row.claim for row in rows))
+        row = matches[0]
+        lines.append(f"- {row.claim}: {format_value(row.reproduced)} (paper: {format_value(row.paper)}; "
+                     f"{verdict[row.holds]})")
+    if missing:
+        lines += ["", "Not reproduced here (the claims table says why): "
+                  + "; ".join(row.claim for row in missing) + "."]
+    return "\n".join(lines)
+
+
+def glue_findings(tables: Sequence[Claims], keys: Sequence[str], name: str = "findings") -> None:
+    """Store :func:`findings` under ``name`` for the chapter's key-findings box (``{glue:md}``), shown nowhere else."""
+    from IPython.display import Markdown
+    from myst_nb import glue
+
+    glue(name, Markdown(findings(tables, keys)), display=False)
 
 
 def claims_in_notebook(path) -> list[dict]:

@@ -267,13 +267,8 @@ class Evaluation:
     def heatmap(self, metric: str = "psnr", title: str = "", vmax: float | None = 30.0, **options):
         """:meth:`over_gray` as a heat-map; cells where the attack refused read "refused", blank cells are n/a."""
         gains, labels, columns = self.over_gray(metric)
-        figure = plots.heatmap(gains, labels, columns, title, vmax=vmax, **options)
-        rows = self._rows()
-        marked = {(c, r) for r, (s, a) in enumerate(rows) for c, d in enumerate(columns) if self.refused(s, a, d)}
-        for text in figure.axes[0].texts:
-            if tuple(int(round(v)) for v in text.get_position()) in marked:
-                text.set_text("refused")
-        return figure
+        refused = [(r, c) for r, (s, a) in enumerate(self._rows()) for c, d in enumerate(columns) if self.refused(s, a, d)]
+        return plots.heatmap(gains, labels, columns, title, vmax=vmax, refused=refused, **options)
 
     def update(self, other: "Evaluation") -> "Evaluation":
         """Add ``other``'s cells (and its scenarios', attacks' and defenses' labels) to this one; returns it."""

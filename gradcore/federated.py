@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from . import data as datasets
 from . import gradients, models, privacy
+from . import validation as check
 from .client import shared_gradient
 from .training import accuracy
 
@@ -72,7 +73,8 @@ class FederatedLog:
 def fedsgd(model: nn.Module, train_set: datasets.Dataset, test_set: datasets.Dataset, rounds: int, clients: int = 10,
           per_round: int = 5, alpha: float = 0.5, batch_size: int = 32, lr: float = 0.1, defense: str | None = None,
           defense_options: dict | None = None, defended_rounds: int | None = None, evaluate_every: int = 10,
-          seed: int = 0, loss: str = "cross_entropy", progress: bool = True, dp_sgd: dict | None = None) -> FederatedLog:
+          seed: int = 0, loss: str = "cross_entropy", progress: bool = True, dp_sgd: dict | None = None,
+          client_sampling: str = "fixed") -> FederatedLog:
     """FedSGD over a Dirichlet split, every selected client's gradient defended; ``model`` trains in place.
 
     Parameters
@@ -98,9 +100,11 @@ def fedsgd(model: nn.Module, train_set: datasets.Dataset, test_set: datasets.Dat
     dp_sgd : dict, optional
         ``{"noise_multiplier": z, "max_grad_norm": C}``: DP-SGD clients instead of a defense
         (see :func:`fedsgd_snapshots`).
+    client_sampling : {"fixed", "poisson"}
+        How the round's clients are drawn (see :func:`fedsgd_snapshots`).
     """
     log, _ = fedsgd_snapshots(model, train_set, test_set, rounds, (), clients, per_round, alpha, batch_size, lr, defense,
-                             defense_options, defended_rounds, evaluate_every, seed, loss, progress, dp_sgd)
+                             defense_options, defended_rounds, evaluate_every, seed, loss, progress, dp_sgd, client_sampling)
     return log
 
 
@@ -134,7 +138,7 @@ def fedsgd_snapshots(model: nn.Module, train_set: datasets.Dataset, test_set: da
                     clients: int = 10, per_round: int = 5, alpha: float = 0.5, batch_size: int = 32, lr: float = 0.1,
                     defense: str | None = None, defense_options: dict | None = None, defended_rounds: int | None = None,
                     evaluate_every: int = 10, seed: int = 0, loss: str = "cross_entropy",
-                    progress: bool = True, dp_sgd: dict | None = None) -> tuple[FederatedLog, dict]:
+                    progress: bool = True, dp_sgd: dict | None = None, client_sampling: str = "fixed") -> tuple[FederatedLog, dict]:
     """:func:`fedsgd`, also keeping a copy of the global model the server sends at the rounds ``at``.
 
     The same split, client sampling, defense and server steps as :func:`fedsgd` with the
@@ -150,6 +154,12 @@ def fedsgd_snapshots(model: nn.Module, train_set: datasets.Dataset, test_set: da
     fixed-size batch; the client sampling is the same, and the log records each client's
     sampling rate and steps for :func:`gradcore.privacy.deployment_guarantee`.
 
+    ``client_sampling="fixed"`` draws exactly ``per_round`` clients without replacement;
+    ``"poisson"`` lets each client join independently with probability ``per_round /
+    clients`` (possibly none), the sampling the client-level accountant assumes
+    (DP-FedSGD, McMahan et al., ICLR 2018); either way the server divides the sum of the
+    updates by ``per_round`` (the expected count, their fixed-denominator estimator).
+
     Returns
     -------
     log : FederatedLog
@@ -161,6 +171,8 @@ def fedsgd_snapshots(model: nn.Module, train_set: datasets.Dataset, test_set: da
         raise ValueError(f"snapshot rounds must lie in [0, {rounds - 1}] (the model before the last step), got {at}")
     if not 1 <= per_round <= clients:
         raise ValueError(f"clients per round must be between 1 and {clients}, got {per_round}")
+    if client_sampling not in ("fixed", "poisson"):
+        raise check.GradcoreValueError(f"client sampling is 'fixed' or 'poisson', got {client_sampling!r}")
     parts = dirichlet_split(train_set.labels, clients, alpha, seed)
     rng = np.random.default_rng(seed + 1)
     device = next(model.parameters()).device
@@ -177,7 +189,9 @@ def fedsgd_snapshots(model: nn.Module, train_set: datasets.Dataset, test_set: da
         model.train()
         total = [torch.zeros_like(p) for p in parameters]
         defended = defense is not None and (defended_rounds is None or round_number <= defended_rounds)
-        for client in rng.choice(clients, size=per_round, replace=False):
+        chosen = (rng.choice(clients, size=per_round, replace=False) if client_sampling == "fixed"
+                  else np.flatnonzero(rng.random(clients) < per_round / clients))
+        for client in chosen:
             own = parts[client]
             pick = rng.choice(own, size=min(batch_size, len(own)), replace=False)
             inputs = train_set.images[pick].to(device, dtype)

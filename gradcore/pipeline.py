@@ -913,6 +913,10 @@ def browser_check(root, html_dir=None, screenshots=None) -> list[str]:
             if claims["unmarked"]:
                 bad.append(f"{claims['unmarked']} claims row(s) without a verdict class (re-execute the chapter)")
             shown_claims[doc] = claims
+            findings = page.evaluate(_FINDINGS_JS)
+            if claims["rows"] and not (findings["found"] and findings["before"] and findings["items"]):
+                bad.append("no key-findings box with its findings above the first code cell "
+                           f"({findings}; claims.glue_findings at the end, the box before the parameters cell)")
             summary = page.evaluate(_RESULTS_SUMMARY_JS)
             if summary:
                 front_page = summary
@@ -956,6 +960,16 @@ _CLAIMS_ROWS_JS = """() => {
     const marked = r => ['claim-holds', 'claim-not-reproduced', 'claim-fails'].some(c => r.classList.contains(c));
     return {rows: rows.length, 'not reproduced': rows.filter(r => r.classList.contains('claim-not-reproduced')).length,
             unmarked: rows.filter(r => !marked(r)).length};
+}"""
+
+#: A chapter's key-findings admonition: present, above the first code cell, with its glued findings (list items).
+_FINDINGS_JS = """() => {
+    const box = [...document.querySelectorAll('.admonition')].find(
+        a => ((a.querySelector('.admonition-title') || {}).innerText || '').trim() === 'Key findings');
+    if (!box) return {found: false, before: false, items: 0};
+    const cell = document.querySelector('.cell');
+    const before = !cell || !!(box.compareDocumentPosition(cell) & Node.DOCUMENT_POSITION_FOLLOWING);
+    return {found: true, before, items: box.querySelectorAll('li').length};
 }"""
 
 #: The front page's results table (header Chapter | Claims | Held | Not reproduced | Failed | Fragile): link -> counts.

@@ -7,7 +7,7 @@ cells. Images are ``(B, C, H, W)`` tensors in [0, 1].
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -193,30 +193,48 @@ def share_bars(shares: Mapping[str, Sequence[float]], title: str = "", ylabel: s
 
 
 def heatmap(values: np.ndarray, rows: Sequence[str], columns: Sequence[str], title: str = "", cmap: str = "viridis",
-            label: str = "", fmt: str = "{:.3f}", vmax: float | None = None) -> Figure:
-    """A matrix of scores (e.g. attack x defense) as coloured cells with the value written in each; NaN cells blank.
+            label: str = "", fmt: str = "{:.3f}", vmax: float | None = None, refused: Iterable = ()) -> Figure:
+    """A matrix of scores (e.g. attack x defense) as coloured cells with the value written in each.
 
-    ``vmax`` caps the colour scale (an exact recovery's PSNR is infinite or >100 dB);
-    capped cells read ``>= vmax``.
+    ``vmax`` caps the colour scale (an exact recovery's PSNR is infinite or >100 dB); capped
+    cells read ``>= vmax``. ``refused`` lists ``(row, column)`` cells where the attack declined
+    the gradient: they are hatched gray and read "refused", apart from every score (a refusal
+    is neither a defense's win nor an attack's); NaN cells (not run) are pale and read "n/a".
+    A legend below the matrix says so.
     """
-    raw = np.asarray(values, dtype=float)
+    from matplotlib.patches import Patch, Rectangle
+
+    raw = np.asarray(values, dtype=float).copy()
+    refused = {(int(r), int(c)) for r, c in refused}
+    for r, c in refused:
+        raw[r, c] = np.nan
     values = raw if vmax is None else np.where(np.isnan(raw), np.nan, np.minimum(raw, vmax))
-    figure = Figure(figsize=(1.1 * len(columns) + 2.6, 0.42 * len(rows) + 1.4), layout="constrained")
+    figure = Figure(figsize=(1.35 * len(columns) + 3.4, 0.5 * len(rows) + 2.2), layout="constrained")
     axis = figure.subplots()
+    axis.set_facecolor("#f2f2f2")
     image = axis.imshow(np.ma.masked_invalid(values), cmap=cmap, aspect="auto")
-    axis.set_xticks(range(len(columns)), [str(c) for c in columns], rotation=30, ha="right", fontsize=8)
-    axis.set_yticks(range(len(rows)), [str(r) for r in rows], fontsize=8)
+    axis.set_xticks(range(len(columns)), [str(c) for c in columns], rotation=30, ha="right", fontsize=10)
+    axis.set_yticks(range(len(rows)), [str(r) for r in rows], fontsize=10)
     finite = values[np.isfinite(values)]
     middle = (finite.min() + finite.max()) / 2 if finite.size else 0.0
     for r in range(values.shape[0]):
         for c in range(values.shape[1]):
-            if np.isfinite(values[r, c]):
+            if (r, c) in refused:
+                axis.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, facecolor="#bdbdbd", hatch="///", edgecolor="#7a7a7a",
+                                         linewidth=0))
+                axis.text(c, r, "refused", ha="center", va="center", fontsize=9, color="black")
+            elif np.isfinite(values[r, c]):
                 text = f">= {vmax:g}" if vmax is not None and raw[r, c] >= vmax else fmt.format(values[r, c])
-                axis.text(c, r, text, ha="center", va="center", fontsize=7,
+                axis.text(c, r, text, ha="center", va="center", fontsize=9,
                           color="white" if values[r, c] < middle else "black")
+            else:
+                axis.text(c, r, "n/a", ha="center", va="center", fontsize=8, color="#777777")
     figure.colorbar(image, ax=axis, label=label)
+    figure.legend(handles=[Patch(facecolor="#bdbdbd", hatch="///", edgecolor="#7a7a7a", label="refused: the attack declined the gradient"),
+                           Patch(facecolor="#f2f2f2", edgecolor="#999999", label="n/a: not run")],
+                  loc="outside lower center", ncols=2, fontsize=9, frameon=False)
     if title:
-        axis.set_title(title, fontsize=10)
+        axis.set_title(title, fontsize=11)
     return figure
 
 

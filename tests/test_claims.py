@@ -229,3 +229,17 @@ def test_rate_claims_use_the_wilson_interval():
     assert "263 of 400 (66%; 95% CI 61%-70%)" == table.rows[0].reproduced
     with pytest.raises(ValueError):
         claims.wilson(5, 4)
+
+
+def test_findings_quote_the_measured_rows_and_name_every_claim_not_reproduced():
+    table = claims.Claims("t")
+    table.at_most("closed form exact (MSE)", "exact", 3e-17, 1e-12)
+    table.at_least("attack recovers (PSNR, dB)", 20.0, 12.5, 18.0)
+    table.not_reproduced("label from the gradient on CIFAR-100", "100%", "n/a", "data not on disk")
+    text = claims.findings([table], ["closed form", "attack recovers"])
+    assert text.startswith("**1 of 2 checked claims hold; 1 not reproduced.**")
+    assert "- closed form exact (MSE): 3e-17 (paper: exact; holds)" in text
+    assert "- attack recovers (PSNR, dB): 12.5 (paper: 20.0; does NOT hold)" in text
+    assert text.endswith("Not reproduced here (the claims table says why): label from the gradient on CIFAR-100.")
+    with pytest.raises(ValueError, match="matches 0 claims"):
+        claims.findings([table], ["no such claim"])

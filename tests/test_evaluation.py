@@ -199,6 +199,9 @@ def test_refusals_are_reported_apart_from_failed_runs(digits):
     assert "refused" in repr(result.table("mse"))
     figure = result.heatmap("psnr")
     assert [t.get_text() for t in figure.axes[0].texts].count("refused") == 1
+    # The refused cell is hatched apart from the colour scale (not coloured as a score) and the legend says so.
+    assert any(patch.get_hatch() == "///" for patch in figure.axes[0].patches)
+    assert [t.get_text() for t in figure.legends[0].get_texts()][0].startswith("refused")
     assert result.weakest("none")[2] < 1e-6
 
 

@@ -112,3 +112,20 @@ def test_defended_rounds_none_in_a_spec_means_every_round(digits):
     logs = federated.compare(digits, "mlp", {"frozen": {"defense": "withhold", "defended_rounds": None}}, rounds=20,
                              model_options={"widths": (16,)}, defended_rounds=2, **options)
     assert logs["frozen"].accuracy == [logs["frozen"].accuracy[0]] * 3
+
+
+def test_poisson_client_sampling_draws_each_client_at_the_rate(digits):
+    train_set, test_set = data.split(digits, 0.25)
+    runs = {}
+    for sampling in ("fixed", "poisson"):
+        model = models.build("mlp", digits.shape, 10, seed=0, widths=(4,))
+        runs[sampling] = federated.fedsgd(model, train_set, test_set, rounds=200, clients=4, per_round=1, lr=0.0,
+                                          progress=False, client_sampling=sampling)
+    fixed, poisson = (sum(log.releases.values()) for log in runs.values())
+    assert fixed == 200  # exactly one client per round
+    # Poisson at rate 1/4 over 4 clients and 200 rounds: 200 expected updates, standard deviation sqrt(150) ~ 12.
+    assert poisson != 200 and abs(poisson - 200) < 5 * 150 ** 0.5
+    assert all(abs(count - 50) < 5 * 37.5 ** 0.5 for count in runs["poisson"].releases.values())
+    with pytest.raises(ValueError, match="client sampling"):
+        federated.fedsgd(models.build("mlp", digits.shape, 10, seed=0, widths=(4,)), train_set, test_set, rounds=1,
+                         progress=False, client_sampling="round-robin")

@@ -252,3 +252,20 @@ def test_privacy_tradeoff_marks_no_noise_at_infinity():
     assert labels[-1].startswith("∞")
     with pytest.raises(ValueError, match="finite epsilon"):
         plots.privacy_tradeoff([math.inf], {"a": [1.0]}, [0.9])
+
+
+def test_floor_gains_score_the_median_case_against_its_floor():
+    from gradcore.evaluation import Cell, Evaluation
+
+    truths = [torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 2, 2)]
+    grid = Evaluation(["s"], ["GGL"], [experiment.column(0.0), experiment.column(1.0)], ["mse"])
+    grid.truths["s"] = truths
+    # Reconstructions at MSE 0.01, 0.04, 0.09 (z = 0) and all at 0.1 (z = 1).
+    for z, values in ((0.0, (0.1, 0.2, 0.3)), (1.0, (0.1 ** 0.5,) * 3)):
+        grid.add(Cell("s", "GGL", experiment.column(z), {"mse": 0.0},
+                      [torch.full((1, 1, 2, 2), v) for v in values], cases=3))
+    floors = {"s": [0.1, 0.1, 0.1]}
+    gains = experiment.floor_gains(grid, floors, (0.0, 1.0, 3.0))
+    # Median case: 10 log10(0.1 / 0.04) dB; at z = 1 exactly the floor; z = 3 did not run.
+    assert gains["GGL"][0] == pytest.approx(10 * math.log10(0.1 / 0.04), rel=1e-5)
+    assert gains["GGL"][1] == pytest.approx(0.0, abs=1e-5) and math.isnan(gains["GGL"][2])

@@ -1,16 +1,18 @@
 """Attacks with a generative prior: GGL, GIAS and GIFD search what a pretrained generator can draw.
 
 The attacker holds a class-conditional generator ``G(z, y)`` trained on public data of the
-private data's distribution (:mod:`gradcore.generative`), passed as ``generator=``. All three
-match the shared gradient by the negative cosine of Inverting Gradients (the distance
-CENSOR's Sec. V-A uses for every attack), with the labels given or read off the output layer
-(iDLG), and differ in how far they let the reconstruction leave the generator's range:
+private data's distribution (:mod:`gradcore.generative`), passed as ``generator=``. GIAS and
+GIFD match the shared gradient by the negative cosine of Inverting Gradients (the distance
+CENSOR's Sec. V-A uses), GGL by the squared L2 distance of its released code; all take the
+labels given or read them off the output layer (iDLG), and differ in how far they let the
+reconstruction leave the generator's range:
 
 * ``ggl`` (Li et al., CVPR 2022, Eq. 3-5): only the latent ``z``, searched without gradients
-  by CMA-ES (Hansen's ``cma``), with a KL regulariser keeping ``z``'s entries standard normal.
+  by CMA-ES (Hansen's ``cma``), with a KL regulariser keeping ``z``'s entries standard normal,
+  imitating the defense it faces on each trial gradient as its released code does.
   The answer is always an image the generator can draw.
-* ``gias`` (Jeon et al., NeurIPS 2021, Sec. 3): the latent first, then the generator's own
-  weights, penalised for leaving the pretrained ones (``||w - w_0||^2``).
+* ``gias`` (Jeon et al., NeurIPS 2021, Sec. 3): the latent first, then, with the latent fixed,
+  the weights of each image's own copy of the generator.
 * ``gifd`` (Fang et al., ICCV 2023, Sec. 3.2): the latent first, then the feature map after
   each generator stage in turn, each kept in an l1 ball around where the previous stage left
   it; the intermediate result with the lowest gradient distance is the answer.
@@ -24,9 +26,11 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from .. import defenses
 from .. import gradients as grads
 from .. import validation as check
 from ..generative import Generator, copy_of
+from ..registry import Registry
 from .base import ATTACKS, AttackResult, Observation, Steps, optimise
 from .inverting import cosine_distance
 from .matching import infer_labels
@@ -66,8 +70,8 @@ def gradient_distance(observation: Observation, labels: torch.Tensor) -> Callabl
     return distance
 
 
-def population_distance(observation: Observation, labels: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``stack (P, B, *shape) -> (P,)`` distances, the whole population in one vectorised gradient (``torch.func``)."""
+def population_gradients(observation: Observation, labels: torch.Tensor) -> Callable[[torch.Tensor], list]:
+    """``stack (P, B, *shape) -> [(P, *tensor shape), ...]``: every member's gradient in one vectorised call (``torch.func``)."""
     from torch.func import functional_call, grad, vmap
 
     network = grads.stateless(observation.model)
@@ -75,16 +79,98 @@ def population_distance(observation: Observation, labels: torch.Tensor) -> Calla
     parameters = {name: p.detach() for name, p in network.named_parameters() if p.requires_grad}
     buffers = {name: b.detach() for name, b in network.named_buffers()}
     loss_function = grads.loss_function(observation.loss)
-    # The target as one vector, and its norm, once: each member's gradient is then one dot product away.
-    target = torch.cat([t.detach().reshape(-1) for t in observation.gradient])
-    target_norm = target.norm()
 
-    def distance(images: torch.Tensor) -> torch.Tensor:
-        candidate = grad(lambda p: loss_function(functional_call(network, (p, buffers), (images,)), labels))(parameters)
-        flat = torch.cat([candidate[name].reshape(-1) for name in names])
-        return 1 - flat.dot(target) / (flat.norm() * target_norm + 1e-12)
+    def gradient(images: torch.Tensor) -> dict:
+        return grad(lambda p: loss_function(functional_call(network, (p, buffers), (images,)), labels))(parameters)
 
-    return vmap(distance)
+    batched = vmap(gradient)
+
+    def gradients(stack: torch.Tensor) -> list:
+        found = batched(stack)
+        return [found[name] for name in names]
+
+    return gradients
+
+
+#: Distances between stacked trial gradients ``[(P, *shape), ...]`` and the shared one: ``(P,)``.
+POPULATION_DISTANCES: Registry = Registry("gradient distance")
+
+
+@POPULATION_DISTANCES.register("cosine")
+def _stacked_cosine(stacked: list, target: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``1 - cos`` of the whole flattened gradients: Inverting Gradients' distance, blind to scale."""
+    flat = torch.cat([tensor.flatten(1) for tensor in stacked], dim=1)
+    goal = torch.cat([tensor.detach().reshape(-1) for tensor in target])
+    return 1 - flat.matmul(goal) / (flat.norm(dim=1) * goal.norm() + 1e-12)
+
+
+@POPULATION_DISTANCES.register("l2")
+def _stacked_squared_l2(stacked: list, target: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Squared Euclidean distance summed over the tensors, divided by their number (the released GGL's ``ng_loss``)."""
+    total = sum((tensor - goal.detach()).flatten(1).pow(2).sum(dim=1) for tensor, goal in zip(stacked, target))
+    return total / len(target)
+
+
+def defense_emulation(name: str | None, observation: Observation, noise_sigma: float = 0.0) -> Callable[[list], list]:
+    """The released GGL's imitation of a defense on each trial gradient (``zhuohangli/GGL``, ``reconstructor.py``, ``ng_loss``).
+
+    The attacker knows which defense it faces, not its parameters, and reads them off the
+    shared gradient as the released code does: ``"clipping"`` clips each trial to the shared
+    gradient's norm (its estimate of the bound), ``"compression"`` keeps, per tensor, the
+    share of largest entries that the shared gradient keeps non-zero, ``"representation"``
+    zeroes the columns of the last linear layer's weight gradient that are zero in the shared
+    one (Soteria's pruned features), ``"noise"`` adds fresh ``N(0, noise_sigma^2)`` to every
+    entry (the noise scale given, as there). ``None`` leaves the trials as they are.
+    """
+    if name is None:
+        return lambda stacked: stacked
+    target = observation.gradient
+    if name == "clipping":
+        bound = defenses.measured_norm(target)
+
+        def clip(stacked: list) -> list:
+            norms = torch.sqrt(sum(tensor.flatten(1).pow(2).sum(dim=1) for tensor in stacked))
+            factor = (bound / (norms + 1e-6)).clamp(max=1.0)
+            return [tensor * factor.view(-1, *[1] * (tensor.dim() - 1)) for tensor in stacked]
+        return clip
+    if name == "compression":
+        keep = float(sum(int(t.ne(0).sum()) for t in target)) / sum(t.numel() for t in target)
+
+        def compress(stacked: list) -> list:
+            kept = []
+            for tensor in stacked:
+                flat = tensor.flatten(1)
+                index = torch.topk(flat.abs(), max(1, defenses.kept_count(flat.shape[1], keep)), dim=1).indices
+                kept.append(torch.zeros_like(flat).scatter(1, index, flat.gather(1, index)).view_as(tensor))
+            return kept
+        return compress
+    if name == "representation":
+        layer = defenses.last_linear(observation.model)
+        index = [i for i, p in enumerate(p for p in observation.model.parameters() if p.requires_grad) if p is layer.weight][0]
+        columns = target[index].ne(0).any(dim=0).to(target[index].dtype)
+        return lambda stacked: [tensor * columns if i == index else tensor for i, tensor in enumerate(stacked)]
+    if name == "noise":
+        check.number("noise_sigma", noise_sigma, low=0.0)
+        draws = torch.Generator().manual_seed(observation.seed + 2)
+        return lambda stacked: [t + noise_sigma * torch.randn(t.shape, generator=draws, dtype=t.dtype).to(t.device) for t in stacked]
+    raise check.GradcoreValueError(f"unknown defense emulation {name!r}; known: {', '.join(EMULATIONS)}")
+
+
+#: The defenses GGL's released code imitates (:func:`defense_emulation`).
+EMULATIONS = ("clipping", "compression", "representation", "noise")
+
+
+def population_distance(observation: Observation, labels: torch.Tensor, distance: str = "cosine", emulate: str | None = None,
+                        noise_sigma: float = 0.0) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``stack (P, B, *shape) -> (P,)`` distances of the whole population, its gradients in one vectorised call.
+
+    ``distance`` names an entry of :data:`POPULATION_DISTANCES`; ``emulate`` a defense the
+    attacker imitates on each trial gradient before measuring (:func:`defense_emulation`).
+    """
+    measure = POPULATION_DISTANCES[distance]
+    imitate = defense_emulation(emulate, observation, noise_sigma)
+    gradients = population_gradients(observation, labels)
+    return lambda stack: measure(imitate(gradients(stack)), observation.gradient)
 
 
 def kl_to_standard_normal(latent: torch.Tensor) -> torch.Tensor:
@@ -152,6 +238,7 @@ class Phase:
     lr: float
     penalty: Callable[[], torch.Tensor] = lambda: 0.0
     project: Callable[[], None] = lambda: None
+    decay: bool = False  # the step divided by 10 at 3/8, 5/8 and 7/8 of the phase (Geiping et al.'s schedule)
 
 
 class PhasedSteps(Steps):
@@ -166,7 +253,7 @@ class PhasedSteps(Steps):
 
     def __init__(self, distance: Callable, phases: Sequence[Callable[[], Phase]], start: torch.Tensor):
         self.distance, self.factories = distance, list(phases)
-        self.phase, self.optimizer, self.left = None, None, 0
+        self.phase, self.optimizer, self.left, self.schedule = None, None, 0, None
         self.best_images, self.best_value = start.detach().clone(), distance(start.detach(), False).item()
 
     def _next_phase(self) -> None:
@@ -174,6 +261,9 @@ class PhasedSteps(Steps):
             self.phase = self.factories.pop(0)()
             self.optimizer = torch.optim.Adam(self.phase.variables, lr=self.phase.lr)
             self.left = self.phase.iterations
+            steps = self.phase.iterations
+            self.schedule = (torch.optim.lr_scheduler.MultiStepLR(self.optimizer, [int(steps * f) for f in (3 / 8, 5 / 8, 7 / 8)], 0.1)
+                             if self.phase.decay else None)
 
     def step(self) -> torch.Tensor:
         self._next_phase()
@@ -183,6 +273,8 @@ class PhasedSteps(Steps):
         objective = distance + self.phase.penalty()
         objective.backward()
         self.optimizer.step()
+        if self.schedule is not None:
+            self.schedule.step()
         with torch.no_grad():
             self.phase.project()
         self.left -= 1
@@ -197,20 +289,24 @@ class PhasedSteps(Steps):
         return self.best_value
 
 
-def _latent_phase(generator: Generator, labels: torch.Tensor, latent: torch.Tensor, iterations: int, lr: float) -> Phase:
-    return Phase(iterations, [latent], lambda: generator(latent, labels), lr)
+def _latent_phase(generator: Generator, labels: torch.Tensor, latent: torch.Tensor, iterations: int, lr: float,
+                  decay: bool = False) -> Phase:
+    return Phase(iterations, [latent], lambda: generator(latent, labels), lr, decay=decay)
 
 
 @ATTACKS.register("gias")
 def gias(observation: Observation, generator: Generator, latent_iterations: int = 200, parameter_iterations: int = 200,
-         lr: float = 0.03, parameter_lr: float = 1e-3, parameter_weight: float = 1e-2, candidates: int = 16,
-         record_every: int = 10, snapshots: Sequence[int] = ()) -> AttackResult:
-    """GIAS: search the latent, then the generator's weights (Jeon et al., NeurIPS 2021, Sec. 3, Eq. 4-5).
+         lr: float = 0.03, parameter_lr: float = 1e-3, decay: bool = True, candidates: int = 16, record_every: int = 10,
+         snapshots: Sequence[int] = ()) -> AttackResult:
+    """GIAS: search the latent, then each image's own copy of the generator (Jeon et al., NeurIPS 2021, Sec. 3, Eq. 4-5).
 
-    Stage 1 minimises the gradient distance over the latent ``z`` of a copy of the
-    generator; stage 2 over its weights ``w`` and ``z`` together, plus
-    ``parameter_weight * ||w - w_0||^2 / |w|`` keeping ``w`` near the pretrained ``w_0``
-    (the mean over weights, so one weight suits generators of any size).
+    Stage 1 minimises the gradient distance over the latents ``z``; stage 2 fixes them and
+    gives every image of the batch its own copy of the generator, whose weights alone are
+    then optimised, with no pull back to the pretrained ones: the released code
+    (``ml-postech/gradient-inversion-generative-image-prior``,
+    ``inversefed/reconstruction_algorithms.py``), whose total-variation weight of 1e-6 is
+    left out here. What keeps the answer near the prior is only where the search starts and
+    how far ``parameter_iterations`` steps of ``parameter_lr`` can take it.
 
     Parameters
     ----------
@@ -219,9 +315,9 @@ def gias(observation: Observation, generator: Generator, latent_iterations: int 
     latent_iterations, parameter_iterations : int
         Adam steps of each stage.
     lr, parameter_lr : float
-        Adam's step on the latent, and on the weights.
-    parameter_weight : float
-        ``lambda_w``.
+        Adam's step on the latents, and on the weights.
+    decay : bool
+        Each stage's step divided by 10 at 3/8, 5/8 and 7/8 of it, as released.
     candidates : int
         Random latents tried first; the search starts from the closest by gradient distance.
     """
@@ -231,19 +327,19 @@ def gias(observation: Observation, generator: Generator, latent_iterations: int 
     labels = check_prior(observation, generator)
     distance = gradient_distance(observation, labels)
     draws = torch.Generator().manual_seed(observation.seed)
-    tuned = copy_of(generator)
-    pretrained = [p.detach().clone() for p in tuned.parameters()]
-    count = sum(p.numel() for p in pretrained)
     latent = initial_latent(generator, labels, distance, candidates, draws).requires_grad_(True)
 
     def weights_phase() -> Phase:
-        def penalty() -> torch.Tensor:
-            return parameter_weight * sum((p - p0).pow(2).sum() for p, p0 in zip(tuned.parameters(), pretrained)) / count
-        return Phase(parameter_iterations, [latent, *tuned.parameters()], lambda: tuned(latent, labels), parameter_lr, penalty)
+        fixed = latent.detach()
+        copies = [copy_of(generator) for _ in range(len(labels))]
+        render = lambda: torch.cat([copy(fixed[k:k + 1], labels[k:k + 1]) for k, copy in enumerate(copies)])  # noqa: E731
+        return Phase(parameter_iterations, [p for copy in copies for p in copy.parameters()], render, parameter_lr,
+                     decay=decay)
 
     with torch.no_grad():
-        start = tuned(latent, labels)
-    steps = PhasedSteps(distance, [lambda: _latent_phase(generator, labels, latent, latent_iterations, lr), weights_phase], start)
+        start = generator(latent, labels)
+    steps = PhasedSteps(distance, [lambda: _latent_phase(generator, labels, latent, latent_iterations, lr, decay), weights_phase],
+                        start)
     result = optimise(observation, steps, latent_iterations + parameter_iterations, "gias", snapshots, record_every)
     result.labels = labels
     return result
@@ -354,7 +450,8 @@ class _CmaSteps(Steps):
 
 @ATTACKS.register("ggl")
 def ggl(observation: Observation, generator: Generator, generations: int = 60, population: int = 24, sigma: float = 0.5,
-        kl_weight: float = 0.1, record_every: int = 5, snapshots: Sequence[int] = ()) -> AttackResult:
+        kl_weight: float = 0.1, distance: str = "l2", emulate: str | None = None, noise_sigma: float = 0.0,
+        record_every: int = 5, snapshots: Sequence[int] = ()) -> AttackResult:
     """GGL: a gradient-free search of the generator's latent (Li et al., CVPR 2022, Sec. 3.2-3.3, Eq. 3-5).
 
     Minimises the gradient distance of ``G(z, y)`` plus ``kl_weight`` times
@@ -362,6 +459,9 @@ def ggl(observation: Observation, generator: Generator, generations: int = 60, p
     ``cma`` package), starting at the latent prior's mean. The reconstruction is always an
     image the generator can draw, which is why GGL recovers a plausible member of the class
     rather than the private image when the generator cannot draw it (CENSOR, Observation 2).
+    As in the released code (``zhuohangli/GGL``, ``reconstructor.py``) the distance is the
+    squared L2 one, and against a known defense each trial gradient first goes through that
+    defense's imitation (:func:`defense_emulation`).
 
     Parameters
     ----------
@@ -377,6 +477,11 @@ def ggl(observation: Observation, generator: Generator, generations: int = 60, p
         Weight of the KL regulariser (``lambda`` of Eq. 5). CENSOR gives none; 0.1 is the released
         GGL code's (``zhuohangli/GGL``, ``reconstructor.py``, ``ng_loss``: ``dist += 0.1*KLD``), which
         adds it only when the latent is not squashed by ``tanh``.
+    distance : str
+        ``"l2"`` (the released code's) or ``"cosine"`` (:data:`POPULATION_DISTANCES`).
+    emulate : str or None
+        The defense imitated on the trial gradients, one of :data:`EMULATIONS`, with
+        ``noise_sigma`` for ``"noise"``.
     """
     import cma
 
@@ -391,7 +496,8 @@ def ggl(observation: Observation, generator: Generator, generations: int = 60, p
     try:
         strategy = cma.CMAEvolutionStrategy(np.zeros(dimension), sigma, {"popsize": population, "seed": observation.seed + 1,
                                                                          "verbose": -9, "maxiter": generations})
-        steps = _CmaSteps(strategy, generator, labels, population_distance(observation, labels), kl_weight)
+        steps = _CmaSteps(strategy, generator, labels, population_distance(observation, labels, distance, emulate, noise_sigma),
+                          kl_weight)
         result = optimise(observation, steps, generations, "ggl (cma-es)", snapshots, record_every)
     finally:
         np.random.set_state(numpy_state)

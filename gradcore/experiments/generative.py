@@ -80,14 +80,26 @@ def prior_quality(priors: Mapping[str, Prior], samples: int = 32, seed: int = 0,
 
 
 def gan_attacks(specs: Mapping[str, Mapping], budgets: Mapping, generator: generative.Generator, suffix: str = "",
-                **extra) -> dict:
+                against: Mapping[str, Mapping] | None = None, **extra) -> dict:
     """``{label + suffix: spec}`` for :func:`gradcore.evaluation.matrix`: each attack's settings, budget and prior.
 
     The labels are hidden: as in their papers, the attacks read them off the gradient (iDLG's rule).
-    ``extra`` goes into every spec (e.g. ``defenses=["none"]``).
+    An attack whose spec lists ``"emulates"`` (defense registry name -> imitation, GGL's
+    released code) imitates each defense of ``against`` it knows, with the noise scale of a
+    ``noise`` defense; against the others it runs as it is. ``extra`` goes into every spec
+    (e.g. ``defenses=["none"]``).
     """
-    return {label + suffix: {**spec, **budgets.get(label, {}), "generator": generator, "labels": "hidden", **extra}
-            for label, spec in specs.items()}
+    built = {}
+    for label, spec in specs.items():
+        emulates = spec.get("emulates", {})
+        config = {key: value for key, value in spec.items() if key != "emulates"}
+        per_defense = {name: {"emulate": emulates[defense["defense"]],
+                              **({"noise_sigma": defense["sigma"]} if defense["defense"] == "noise" else {})}
+                       for name, defense in (against or {}).items() if defense.get("defense") in emulates}
+        if per_defense:
+            config["per_defense"] = per_defense
+        built[label + suffix] = {**config, **budgets.get(label, {}), "generator": generator, "labels": "hidden", **extra}
+    return built
 
 
 def attack_matrix(priors: Mapping[str, Prior], cases: Mapping[str, Sequence], specs: Mapping[str, Mapping], budgets: Mapping,
@@ -101,7 +113,7 @@ def attack_matrix(priors: Mapping[str, Prior], cases: Mapping[str, Sequence], sp
     """
     grid = None
     for label, prior in priors.items():
-        attacks = gan_attacks(specs, budgets, prior.generator)
+        attacks = gan_attacks(specs, budgets, prior.generator, against=defenses)
         if controls:
             attacks.update(gan_attacks(specs, budgets, generative.untrained(prior.generator, seed + 1), " (untrained prior)",
                                        defenses=["none"]))

@@ -13,9 +13,11 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+import numpy as np
 import torch
 
 from .. import evaluation, gradients, privacy
+from . import generative
 
 
 def median_norm(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
@@ -79,12 +81,16 @@ def utility(dataset, build, multipliers: Sequence[float], bound: float, rounds: 
 
     Both clip at ``bound`` and add noise ``z * bound``; DP-SGD clips each sample and
     divides the noisy sum by the expected batch size, the ``dp`` defense clips the batch's
-    mean gradient and adds the noise to it. Returns ``({z: log}, {z: log})``.
+    mean gradient and adds the noise to it. The ``dp`` defense's clients are Poisson-sampled,
+    as its client-level accountant assumes (DP-FedSGD); DP-SGD's are drawn as everywhere else
+    (its sample-level accounting counts the steps each client took, without amplification by
+    client sampling). Returns ``({z: log}, {z: log})``.
     """
     dp_sgd = {z: {"dp_sgd": {"noise_multiplier": z, "max_grad_norm": bound}} for z in multipliers}
     batch = {z: dp_spec(z, bound) for z in multipliers}
-    runs = [evaluation.deployment_runs(dataset, build, specs, rounds, (), seed=seed, progress=False, **federated_options)
-            for specs in (dp_sgd, batch)]
+    runs = [evaluation.deployment_runs(dataset, build, specs, rounds, (), seed=seed, progress=False,
+                                       **{**federated_options, **sampling})
+            for specs, sampling in ((dp_sgd, {}), (batch, {"client_sampling": "poisson"}))]
     return tuple({z: log for z, (log, _) in run.items()} for run in runs)
 
 
@@ -198,4 +204,22 @@ def matched(logs: Mapping[str, object], table: Sequence[PrivacyRow], tolerance: 
         best = min(kept, key=lambda row: row.sample_level.epsilon["rdp"]) if kept else None
         out.append([label, log.final(), best.multiplier if best else math.nan,
                     best.sample_level.epsilon["rdp"] if best else math.nan, best.accuracy if best else math.nan])
+    return out
+
+
+def floor_gains(sweep: evaluation.Evaluation, floors: Mapping[str, Sequence[float]], multipliers: Sequence[float]) -> dict:
+    """``{attack: [median gain over the floor per z, dB]}``, the best scenario's; ``nan`` where none ran.
+
+    For attacks that answer with a plausible image whatever the gradient says (the GAN-prior
+    attacks), "stopped" is not "no better than gray" but "no better than the floor"
+    (``floors``: per scenario, each case's MSE of the mean public image of its class,
+    :func:`gradcore.experiments.generative.class_mean_mse`): the label and the public data,
+    nothing more. The median over the cases keeps one image from deciding it.
+    """
+    out: dict = {attack: [] for attack in sweep.attacks}
+    for z in multipliers:
+        for attack, series in out.items():
+            ran = [float(np.median(generative.gain_over(floors[s], sweep.case_mse(s, attack, column(z)))))
+                   for s in sweep.scenarios if sweep.ran(s, attack, column(z))]
+            series.append(max(ran) if ran else math.nan)
     return out

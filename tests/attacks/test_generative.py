@@ -140,3 +140,57 @@ def test_attacks_follow_the_precision_of_model_and_prior(in_range, name):
     result = gradcore.attack(name, model64, gradient64, shape=(1, 8, 8), labels=label, progress=False, generator=prior64,
                              **small)
     assert result.reconstruction.dtype == torch.float64
+
+
+def test_population_l2_distance_is_the_released_sum_over_tensors(in_range):
+    prior, model, image, label, gradient = in_range
+    observation = gradcore.attacks.Observation(model, gradient, (1, 8, 8), 1, label, progress=False)
+    stack = torch.rand(3, 1, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    vectorised = gan_attacks.population_distance(observation, label, "l2")(stack)
+    looped = []
+    for images in stack:
+        trial = gradcore.batch_gradient(model, images, label)
+        looped.append(sum((t - g).pow(2).sum() for t, g in zip(trial, gradient)) / len(gradient))
+    assert torch.allclose(vectorised, torch.stack(looped), rtol=1e-5)
+    with pytest.raises(gradcore.registry.UnknownNameError, match="gradient distance"):
+        gan_attacks.population_distance(observation, label, "l3")
+
+
+@pytest.mark.parametrize("defense, options, emulation", [("clip", {"bound": 0.05}, "clipping"),
+                                                         ("sparsify", {"keep": 0.2}, "compression"),
+                                                         ("soteria", {"prune": 0.3}, "representation")])
+def test_an_emulated_defense_gives_the_private_image_the_shared_gradient_back(in_range, defense, options, emulation):
+    prior, model, image, label, gradient = in_range
+    defended = client.shared_gradient(model, image, label, defense=defense, **options)
+    observation = gradcore.attacks.Observation(model, defended, (1, 8, 8), 1, label, progress=False)
+    stack = image.unsqueeze(0)
+    blind = gan_attacks.population_distance(observation, label, "l2")(stack)
+    imitated = gan_attacks.population_distance(observation, label, "l2", emulate=emulation)(stack)
+    # GGL's released imitation reads the defense's parameter off the shared gradient: the private image scores 0 again.
+    assert float(imitated) < 1e-6 * float(blind), (float(imitated), float(blind))
+
+
+def test_noise_emulation_adds_fresh_noise_of_the_given_scale(in_range):
+    prior, model, image, label, gradient = in_range
+    observation = gradcore.attacks.Observation(model, gradient, (1, 8, 8), 1, label, progress=False)
+    distance = gan_attacks.population_distance(observation, label, "l2", emulate="noise", noise_sigma=0.1)
+    first, second = float(distance(image.unsqueeze(0))), float(distance(image.unsqueeze(0)))
+    entries = sum(g.numel() for g in gradient)
+    assert first != second and first == pytest.approx(0.01 * entries / len(gradient), rel=0.2)
+    with pytest.raises(ValueError, match="unknown defense emulation"):
+        gan_attacks.population_distance(observation, label, emulate="rounding")
+
+
+def test_gias_tunes_one_generator_copy_per_image_with_the_latent_fixed(in_range, monkeypatch):
+    prior, model, image, label, gradient = in_range
+    copies = []
+    original = gan_attacks.copy_of
+    monkeypatch.setattr(gan_attacks, "copy_of", lambda generator: copies.append(original(generator)) or copies[-1])
+    images = torch.cat([image, image.flip(-1)])
+    labels = torch.tensor([2, 1])
+    shared = client.shared_gradient(model, images, labels)
+    gradcore.attack("gias", model, shared, shape=(1, 8, 8), batch_size=2, labels=labels, progress=False, generator=prior,
+                    latent_iterations=3, parameter_iterations=3)
+    assert len(copies) == 2  # one copy per image of the batch
+    moved = [any(not torch.equal(a, b) for a, b in zip(copy.parameters(), prior.parameters())) for copy in copies]
+    assert all(moved)
