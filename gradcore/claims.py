@@ -342,8 +342,10 @@ def findings(tables: Sequence[Claims], keys: Sequence[str]) -> str:
         lines.append(f"- {row.claim}: {format_value(row.reproduced)} (paper: {format_value(row.paper)}; "
                      f"{verdict[row.holds]})")
     if missing:
-        lines += ["", "Not reproduced here (the claims table says why): "
-                  + "; ".join(row.claim for row in missing) + "."]
+        # Folded: a page-long list would bury the headline; the claims table gives each reason.
+        lines += ["", f"<details><summary>The {len(missing)} claim{'s' if len(missing) != 1 else ''} not reproduced "
+                  "here (the claims table at the end says why)</summary>", ""]
+        lines += [f"- {row.claim}" for row in missing] + ["", "</details>"]
     return "\n".join(lines)
 
 

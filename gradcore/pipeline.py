@@ -526,19 +526,32 @@ def write_status_page(root, status: dict) -> None:
         "SIMD level, BLAS, threads); elsewhere `gradcore check` compares them within each chapter's",
         "declared tolerance (README, \"Testing\").",
         "",
-        "| Chapter | Profile | Parameters | Execution time | Date | Device | CPU | SIMD / BLAS | Float path | Python / torch |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| Chapter | Profile | Parameters | Time | Date | Claims: held / not reproduced | Machine |",
+        "| --- | --- | --- | ---: | --- | --- | --- |",
     ]
     for chapter, profiles in status.items():
         for profile, r in profiles.items():
             params = ", ".join(f"`{k}={v!r}`" for k, v in r.get("parameters", {}).items()) or "default"
-            rows.append(
-                f"| {chapter} | {profile} | {params} | {r['seconds']:.1f} s | {r['date']} | "
-                f"{r['device']} | {r.get('cpu', 'not recorded')} | {r.get('capability', '?')} / {r.get('blas', '?')} | "
-                f"{r.get('float_path', 'not recorded')} | {r['python']} / {r['torch']} |"
-            )
+            held = _verdict_counts(Path(root) / "notebooks" / (f"{chapter}.ipynb" if profile == "ci" else f"{profile}/{chapter}.ipynb"))
+            machine = (f"{r['device']}; {r.get('cpu', 'CPU not recorded')}; {r.get('capability', '?')} / {r.get('blas', '?')}; "
+                       f"float path {r.get('float_path', 'not recorded')}; Python {r['python']}, torch {r['torch']}")
+            rows.append(f"| {chapter} | {profile} | {params} | {r['seconds']:.0f} s | {r['date']} | {held} | {machine} |")
     rows += _seed_rows(Path(root) / "notebooks" / "seeds.json")
     write_text_atomically(Path(root) / "notebooks" / "status.md", "\n".join(rows) + "\n")
+
+
+def _verdict_counts(path: Path) -> str:
+    """"held / not reproduced" over the claims tables a notebook shows; "n/a" if it has none."""
+    if not path.exists():
+        return "n/a"
+    verdicts = [row[table["header"].index("holds")] for table in _claims_tables(path) for row in table["rows"]]
+    return f"{verdicts.count('yes')} / {verdicts.count('n/a')}" if verdicts else "n/a"
+
+
+def _claims_tables(path: Path) -> list[dict]:
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    return [output["data"][reproducibility.TABLE_MIME] for cell in notebook.get("cells", []) for output in cell.get("outputs", [])
+            if "holds" in output.get("data", {}).get(reproducibility.TABLE_MIME, {}).get("header", [])]
 
 
 def _seed_rows(path: Path) -> list[str]:
@@ -837,7 +850,7 @@ def browser_check(root, html_dir=None, screenshots=None) -> list[str]:
     problems: list[str] = []
     with _serve(html) as base, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page()
+        page = browser.new_page(viewport={"width": 1440, "height": 900})  # a laptop screen: code must fit the column here
         external: list[str] = []
 
         def route(r):
@@ -913,6 +926,10 @@ def browser_check(root, html_dir=None, screenshots=None) -> list[str]:
             if claims["unmarked"]:
                 bad.append(f"{claims['unmarked']} claims row(s) without a verdict class (re-execute the chapter)")
             shown_claims[doc] = claims
+            wide = page.evaluate(_WIDE_CODE_JS)
+            if wide:
+                bad.append(f"{len(wide)} shown code cell(s) wider than the column at this width, e.g. `{wide[0][:60]}` "
+                           "(wrap the line, or hide the cell's input)")
             findings = page.evaluate(_FINDINGS_JS)
             if claims["rows"] and not (findings["found"] and findings["before"] and findings["items"]):
                 bad.append("no key-findings box with its findings above the first code cell "
@@ -961,6 +978,11 @@ _CLAIMS_ROWS_JS = """() => {
     return {rows: rows.length, 'not reproduced': rows.filter(r => r.classList.contains('claim-not-reproduced')).length,
             unmarked: rows.filter(r => !marked(r)).length};
 }"""
+
+#: Shown code cells whose longest line does not fit the text column: that line, per cell.
+_WIDE_CODE_JS = """() => [...document.querySelectorAll('div.cell_input pre')]
+    .filter(p => p.offsetParent !== null && p.scrollWidth > p.clientWidth + 1)
+    .map(p => p.innerText.split('\\n').reduce((a, l) => l.length > a.length ? l : a, ''))"""
 
 #: A chapter's key-findings admonition: present, above the first code cell, with its glued findings (list items).
 _FINDINGS_JS = """() => {

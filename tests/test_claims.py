@@ -240,6 +240,6 @@ def test_findings_quote_the_measured_rows_and_name_every_claim_not_reproduced():
     assert text.startswith("**1 of 2 checked claims hold; 1 not reproduced.**")
     assert "- closed form exact (MSE): 3e-17 (paper: exact; holds)" in text
     assert "- attack recovers (PSNR, dB): 12.5 (paper: 20.0; does NOT hold)" in text
-    assert text.endswith("Not reproduced here (the claims table says why): label from the gradient on CIFAR-100.")
+    assert "The 1 claim not reproduced here" in text and text.endswith("- label from the gradient on CIFAR-100\n\n</details>")
     with pytest.raises(ValueError, match="matches 0 claims"):
         claims.findings([table], ["no such claim"])
