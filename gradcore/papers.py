@@ -592,9 +592,11 @@ EXCLUSIVITY = PAPERS.add("neuron_exclusivity", Paper(
     },
     profiles={
         "ci": {"threads": 1, "survey_trials": 12, "train_epochs": 2, "dlg_steps": 30, "cosine_iterations": 300, "pixel_targets": 1,
-               "reduction_epochs": 10, "hybrid_iterations": 30, "artifact_batches": 5, "theorem1_trials": 4, "control_batches": 16},
+               "reduction_epochs": 10, "hybrid_iterations": 30, "artifact_batches": 5, "theorem1_trials": 4, "control_batches": 16,
+               "reduction_draws": 16},
         "paper": {"threads": None, "survey_trials": 200, "train_epochs": 10, "dlg_steps": 300, "cosine_iterations": 4800, "pixel_targets": 16,
-                  "reduction_epochs": 40, "hybrid_iterations": 100, "artifact_batches": 10, "theorem1_trials": 20, "control_batches": 64},
+                  "reduction_epochs": 40, "hybrid_iterations": 100, "artifact_batches": 10, "theorem1_trials": 20, "control_batches": 64,
+                  "reduction_draws": 64},
     },
     reported={
         # Sec. 4: the insecure condition (ExANs at the last ReLU layer, at every other) and the source's example batch (Fig. 2).
@@ -607,7 +609,8 @@ EXCLUSIVITY = PAPERS.add("neuron_exclusivity", Paper(
         "artifact_gradient_error": 1e-8,
     },
     smoke={"euclidean": {"max_iter": 2}, "survey_trials": 2, "train_epochs": 1, "dlg_steps": 2, "cosine_iterations": 2, "pixel_targets": 2,
-           "reduction_epochs": 1, "hybrid_iterations": 2, "artifact_batches": 1, "theorem1_trials": 2, "control_batches": 2},
+           "reduction_epochs": 1, "hybrid_iterations": 2, "artifact_batches": 1, "theorem1_trials": 2, "control_batches": 2,
+           "reduction_draws": 2},
 ))
 
 

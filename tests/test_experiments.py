@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from gradcore import data, experiments, models
+from gradcore import data, dense, experiments, models
 
 
 @pytest.fixture(scope="module")
@@ -233,3 +233,15 @@ def test_dlg_on_insecure_batches_attacks_distinct_insecure_batches():
     assert len(values) == 2 and min(values) > 40
     with pytest.raises(ValueError):
         experiments.exclusivity.dlg_on_insecure_batches(digits, model, 0, 1, config, np.random.default_rng(0))
+
+
+def test_visible_artifacts_counts_batches_whose_artifact_moves_a_pixel():
+    digits = data.load("digits")
+    model = models.build("mlp", digits.shape, digits.num_classes, seed=0, widths=(4, 64)).double()
+    network = dense.from_torch(model)
+    found = experiments.exclusivity.visible_artifacts(digits, network, 12, 3, np.random.default_rng(0), 0.25, 1e-8)
+    # A batch of 12 on 4 first-layer units leaves a large subspace of batches with the same gradient.
+    assert found == 3
+    assert experiments.exclusivity.visible_artifacts(digits, network, 12, 2, np.random.default_rng(0), 1.01, 1e-8) == 0
+    with pytest.raises(ValueError):
+        experiments.exclusivity.visible_artifacts(digits, network, 12, 0, np.random.default_rng(0), 0.25, 1e-8)

@@ -96,6 +96,25 @@ def dlg_on_insecure_batches(dataset: data.Dataset, model: torch.nn.Module, count
     return values
 
 
+def visible_artifacts(dataset: data.Dataset, network, batch_size: int, count: int, rng: np.random.Generator,
+                      moved: float, gradient_error: float, first_relu: bool = True) -> int:
+    """How many of ``count`` random batches have an artifact batch that moves some pixel by ``moved`` or more.
+
+    Theorem 2 of Pan et al.: a batch in the secure state shares its average gradient with
+    other batches; whether one of them differs visibly inside the pixel box depends on the
+    batch (pixels already at 0 or 1 cannot move outwards), so the claim is a rate over draws.
+    An artifact counts only if its gradient stays within ``gradient_error`` of the true one.
+    """
+    check.positive_int("count", count)
+    pixels = dataset.images.reshape(len(dataset), -1).double().numpy()
+    found = 0
+    for _ in range(count):
+        index = rng.choice(len(dataset), batch_size, replace=False)
+        artifact = artifact_batch(network, pixels[index], dataset.labels[index].numpy(), first_relu=first_relu)
+        found += int(artifact.largest_change >= moved and artifact.gradient_difference <= gradient_error)
+    return found
+
+
 def reduction_accuracy(dataset: data.Dataset, widths: Sequence[int], epochs: int, lr: float, holdout: int,
                        seed: int = 0) -> dict:
     """Held-out accuracy of the FCN with and without its first ReLU, same initial weights and training (Sec. 6).
