@@ -981,7 +981,7 @@ _CLAIMS_ROWS_JS = """() => {
 
 #: Shown code cells whose longest line does not fit the text column: that line, per cell.
 _WIDE_CODE_JS = """() => [...document.querySelectorAll('div.cell_input pre')]
-    .filter(p => p.offsetParent !== null && p.scrollWidth > p.clientWidth + 1)
+    .filter(p => p.offsetParent !== null && p.innerText.trim() && p.scrollWidth > p.clientWidth + 1)
     .map(p => p.innerText.split('\\n').reduce((a, l) => l.length > a.length ? l : a, ''))"""
 
 #: A chapter's key-findings admonition: present, above the first code cell, with its glued findings (list items).
