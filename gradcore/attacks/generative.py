@@ -111,53 +111,64 @@ def _stacked_squared_l2(stacked: list, target: Sequence[torch.Tensor]) -> torch.
     return total / len(target)
 
 
-def defense_emulation(name: str | None, observation: Observation, noise_sigma: float = 0.0) -> Callable[[list], list]:
-    """The released GGL's imitation of a defense on each trial gradient (``zhuohangli/GGL``, ``reconstructor.py``, ``ng_loss``).
+#: How the released GGL imitates a defense on the stacked trial gradients ``[(P, *shape), ...]``
+#: (``zhuohangli/GGL``, ``reconstructor.py``, ``ng_loss``): ``name -> (observation, noise_sigma) ->
+#: imitation``. The attacker knows which defense it faces, not its parameters, and reads them
+#: off the shared gradient as the released code does.
+EMULATIONS: Registry = Registry("defense emulation")
 
-    The attacker knows which defense it faces, not its parameters, and reads them off the
-    shared gradient as the released code does: ``"clipping"`` clips each trial to the shared
-    gradient's norm (its estimate of the bound), ``"compression"`` keeps, per tensor, the
-    share of largest entries that the shared gradient keeps non-zero, ``"representation"``
-    zeroes the columns of the last linear layer's weight gradient that are zero in the shared
-    one (Soteria's pruned features), ``"noise"`` adds fresh ``N(0, noise_sigma^2)`` to every
-    entry (the noise scale given, as there). ``None`` leaves the trials as they are.
-    """
+
+@EMULATIONS.register("clipping")
+def _imitate_clipping(observation: Observation, noise_sigma: float) -> Callable[[list], list]:
+    """Clip each trial to the shared gradient's norm, the released code's estimate of the bound."""
+    bound = defenses.measured_norm(observation.gradient)
+
+    def clip(stacked: list) -> list:
+        norms = torch.sqrt(sum(tensor.flatten(1).pow(2).sum(dim=1) for tensor in stacked))
+        factor = (bound / (norms + 1e-6)).clamp(max=1.0)
+        return [tensor * factor.view(-1, *[1] * (tensor.dim() - 1)) for tensor in stacked]
+    return clip
+
+
+@EMULATIONS.register("compression")
+def _imitate_compression(observation: Observation, noise_sigma: float) -> Callable[[list], list]:
+    """Keep, per tensor, the share of largest entries that the shared gradient keeps non-zero."""
+    target = observation.gradient
+    keep = float(sum(int(t.ne(0).sum()) for t in target)) / sum(t.numel() for t in target)
+
+    def compress(stacked: list) -> list:
+        kept = []
+        for tensor in stacked:
+            flat = tensor.flatten(1)
+            index = torch.topk(flat.abs(), max(1, defenses.kept_count(flat.shape[1], keep)), dim=1).indices
+            kept.append(torch.zeros_like(flat).scatter(1, index, flat.gather(1, index)).view_as(tensor))
+        return kept
+    return compress
+
+
+@EMULATIONS.register("representation")
+def _imitate_representation(observation: Observation, noise_sigma: float) -> Callable[[list], list]:
+    """Zero the columns of the last linear weight's gradient that the shared one has at zero (Soteria's pruned features)."""
+    layer = defenses.last_linear(observation.model)
+    trained = [p for p in observation.model.parameters() if p.requires_grad]
+    index = next(i for i, p in enumerate(trained) if p is layer.weight)
+    columns = observation.gradient[index].ne(0).any(dim=0).to(observation.gradient[index].dtype)
+    return lambda stacked: [tensor * columns if i == index else tensor for i, tensor in enumerate(stacked)]
+
+
+@EMULATIONS.register("noise")
+def _imitate_noise(observation: Observation, noise_sigma: float) -> Callable[[list], list]:
+    """Add fresh ``N(0, noise_sigma^2)`` to every entry (the scale given, as in the released code)."""
+    check.number("noise_sigma", noise_sigma, low=0.0)
+    draws = torch.Generator().manual_seed(observation.seed + 2)
+    return lambda stacked: [t + noise_sigma * torch.randn(t.shape, generator=draws, dtype=t.dtype).to(t.device) for t in stacked]
+
+
+def defense_emulation(name: str | None, observation: Observation, noise_sigma: float = 0.0) -> Callable[[list], list]:
+    """The imitation :data:`EMULATIONS` names (``None``: the trials as they are), built for this observation."""
     if name is None:
         return lambda stacked: stacked
-    target = observation.gradient
-    if name == "clipping":
-        bound = defenses.measured_norm(target)
-
-        def clip(stacked: list) -> list:
-            norms = torch.sqrt(sum(tensor.flatten(1).pow(2).sum(dim=1) for tensor in stacked))
-            factor = (bound / (norms + 1e-6)).clamp(max=1.0)
-            return [tensor * factor.view(-1, *[1] * (tensor.dim() - 1)) for tensor in stacked]
-        return clip
-    if name == "compression":
-        keep = float(sum(int(t.ne(0).sum()) for t in target)) / sum(t.numel() for t in target)
-
-        def compress(stacked: list) -> list:
-            kept = []
-            for tensor in stacked:
-                flat = tensor.flatten(1)
-                index = torch.topk(flat.abs(), max(1, defenses.kept_count(flat.shape[1], keep)), dim=1).indices
-                kept.append(torch.zeros_like(flat).scatter(1, index, flat.gather(1, index)).view_as(tensor))
-            return kept
-        return compress
-    if name == "representation":
-        layer = defenses.last_linear(observation.model)
-        index = [i for i, p in enumerate(p for p in observation.model.parameters() if p.requires_grad) if p is layer.weight][0]
-        columns = target[index].ne(0).any(dim=0).to(target[index].dtype)
-        return lambda stacked: [tensor * columns if i == index else tensor for i, tensor in enumerate(stacked)]
-    if name == "noise":
-        check.number("noise_sigma", noise_sigma, low=0.0)
-        draws = torch.Generator().manual_seed(observation.seed + 2)
-        return lambda stacked: [t + noise_sigma * torch.randn(t.shape, generator=draws, dtype=t.dtype).to(t.device) for t in stacked]
-    raise check.GradcoreValueError(f"unknown defense emulation {name!r}; known: {', '.join(EMULATIONS)}")
-
-
-#: The defenses GGL's released code imitates (:func:`defense_emulation`).
-EMULATIONS = ("clipping", "compression", "representation", "noise")
+    return EMULATIONS[name](observation, noise_sigma)
 
 
 def population_distance(observation: Observation, labels: torch.Tensor, distance: str = "cosine", emulate: str | None = None,

@@ -177,7 +177,7 @@ def test_noise_emulation_adds_fresh_noise_of_the_given_scale(in_range):
     first, second = float(distance(image.unsqueeze(0))), float(distance(image.unsqueeze(0)))
     entries = sum(g.numel() for g in gradient)
     assert first != second and first == pytest.approx(0.01 * entries / len(gradient), rel=0.2)
-    with pytest.raises(ValueError, match="unknown defense emulation"):
+    with pytest.raises(gradcore.registry.UnknownNameError, match="unknown defense emulation"):
         gan_attacks.population_distance(observation, label, emulate="rounding")
 
 
