@@ -28,7 +28,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from . import reproducibility
+from . import claims, reproducibility
 # The profiles and the smoke switch are defined once, with the settings they select.
 from .papers import PROFILES, SMOKE_VARIABLE
 
@@ -544,14 +544,8 @@ def _verdict_counts(path: Path) -> str:
     """"held / not reproduced" over the claims tables a notebook shows; "n/a" if it has none."""
     if not path.exists():
         return "n/a"
-    verdicts = [row[table["header"].index("holds")] for table in _claims_tables(path) for row in table["rows"]]
+    verdicts = [row[table["header"].index("holds")] for table in claims.claims_in_notebook(path) for row in table["rows"]]
     return f"{verdicts.count('yes')} / {verdicts.count('n/a')}" if verdicts else "n/a"
-
-
-def _claims_tables(path: Path) -> list[dict]:
-    notebook = json.loads(path.read_text(encoding="utf-8"))
-    return [output["data"][reproducibility.TABLE_MIME] for cell in notebook.get("cells", []) for output in cell.get("outputs", [])
-            if "holds" in output.get("data", {}).get(reproducibility.TABLE_MIME, {}).get("header", [])]
 
 
 def _seed_rows(path: Path) -> list[str]:
