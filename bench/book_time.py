@@ -4,6 +4,7 @@
     python bench/book_time.py --ci                 # and every other job of `make test` (unit tests, smoke runs,
                                                    # nbval, the strict build, the browser check)
     python bench/book_time.py --jobs 1             # one job at a time (each job's time alone)
+    python bench/book_time.py --table              # print the README's timing table from the last result, run nothing
 
 The same jobs, with the same commands, as ``gradcore build`` and ``gradcore test`` run
 (:mod:`gradcore.jobs`: single-threaded processes, as many at once as there are cores). The
@@ -38,13 +39,49 @@ def fingerprint() -> dict:
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
+def _chapter_of(job: str) -> tuple:
+    """``("chapter", "dlg")`` / ``("nbval", "dlg")`` / ``("smoke", "dlg")`` for a job's name, else ``(job, "")``."""
+    kind, _, name = job.partition(" ")
+    return (kind, name) if kind in ("chapter", "nbval", "smoke") and name else (job, "")
+
+
+def markdown_table(result: dict) -> str:
+    """The README's timing table: per chapter its `make book` run, its nbval check and its smoke run
+    (wall / CPU seconds), then the other jobs of `make test`, each step's wall and CPU, and the machine."""
+    rows, other = {}, []
+    for step in result["steps"].values():
+        for job in step["jobs"]:
+            kind, name = _chapter_of(job["name"])
+            (rows.setdefault(name, {}).__setitem__(kind, job) if name else other.append(job))
+    seconds = lambda job: f"{job['wall']:.0f} / {job['cpu']:.0f}" if job else "-"
+    lines = ["| chapter or job | `make book` run | nbval, or the `make test` job | smoke run |",
+             "| --- | ---: | ---: | ---: |"]
+    for name, kinds in sorted(rows.items(), key=lambda item: -(item[1].get("chapter") or {"cpu": 0})["cpu"]):
+        lines.append(f"| {name} | {seconds(kinds.get('chapter'))} | {seconds(kinds.get('nbval'))} | "
+                     f"{seconds(kinds.get('smoke'))} |")
+    lines += [f"| {job['name']} | | {seconds(job)} | |" for job in other]
+    for step, totals in result["steps"].items():
+        label = "`make book`: all chapters" if step == "book" else "`make test` without pip: all jobs"
+        lines.append(f"| **{label}** | | **{totals['wall']:.0f} / {totals['cpu']:.0f}** | |")
+    machine = result["machine"]
+    lines.append("")
+    lines.append(f"Wall / CPU seconds, {result['workers']} jobs at a time; {machine['cpu']} ({machine['capability']}, "
+                 f"{machine['blas']}), {machine['cores']} cores, torch {machine['torch']}, {machine['date']} "
+                 "(`bench/results/book_time.json`).")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ci", action="store_true", help="also every other job of `make test`")
     ap.add_argument("--jobs", type=int, default=None, help="jobs at once (default: the number of cores)")
     ap.add_argument("--cells", type=int, default=5, help="slowest cells shown per chapter")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "book_time.json"))
+    ap.add_argument("--table", action="store_true", help="print the README's table from --out and run nothing")
     args = ap.parse_args(argv)
+    if args.table:
+        print(markdown_table(json.loads(Path(args.out).read_text())))
+        return 0
     workers = args.jobs or jobs.default_workers()
     os.environ.setdefault("PYTHONHASHSEED", "0")
     os.environ["OMP_NUM_THREADS"] = "1"
@@ -84,6 +121,7 @@ def main(argv=None) -> int:
         result["cells"] = {name: timed[: args.cells] for name, timed in cells.items()}
     print()
     write_json(Path(args.out), result)
+    print("\n" + markdown_table(result))
     return 1 if any(o["status"] != "done" for s in result["steps"].values() for o in s["jobs"]) else 0
 
 

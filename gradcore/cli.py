@@ -81,8 +81,9 @@ def run_chapter(root: Path, chapter: str, profile: str, params: dict, smoke: boo
 
 def build_book(root: Path) -> None:
     # --all: an incremental Sphinx build does not repeat an unchanged page's warnings, so a second
-    # -W build would pass over them.
-    _subprocess([_tool("jupyter-book"), "build", str(root), "--all", "-W", "--keep-going", "-q"], root)
+    # -W build would pass over them. -n (nitpicky): every cross-reference ({doc}, {numref}, {cite},
+    # a role naming a Python object) must resolve, or the build fails.
+    _subprocess([_tool("jupyter-book"), "build", str(root), "--all", "-W", "-n", "--keep-going", "-q"], root)
 
 
 def nbval(root: Path, exact: bool = False) -> None:

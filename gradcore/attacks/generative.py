@@ -107,7 +107,8 @@ def _stacked_cosine(stacked: list, target: Sequence[torch.Tensor]) -> torch.Tens
 @POPULATION_DISTANCES.register("l2")
 def _stacked_squared_l2(stacked: list, target: Sequence[torch.Tensor]) -> torch.Tensor:
     """Squared Euclidean distance summed over the tensors, divided by their number (the released GGL's ``ng_loss``)."""
-    total = sum((tensor - goal.detach()).flatten(1).pow(2).sum(dim=1) for tensor, goal in zip(stacked, target))
+    # Squared in place: the population's gradients are the largest tensors of a GGL generation.
+    total = sum((tensor - goal.detach()).flatten(1).square_().sum(dim=1) for tensor, goal in zip(stacked, target))
     return total / len(target)
 
 
@@ -140,7 +141,8 @@ def _imitate_compression(observation: Observation, noise_sigma: float) -> Callab
         kept = []
         for tensor in stacked:
             flat = tensor.flatten(1)
-            index = torch.topk(flat.abs(), max(1, defenses.kept_count(flat.shape[1], keep)), dim=1).indices
+            # Unsorted: only the set of kept entries matters, and sorting it costs more than finding it.
+            index = torch.topk(flat.abs(), max(1, defenses.kept_count(flat.shape[1], keep)), dim=1, sorted=False).indices
             kept.append(torch.zeros_like(flat).scatter(1, index, flat.gather(1, index)).view_as(tensor))
         return kept
     return compress
@@ -161,7 +163,9 @@ def _imitate_noise(observation: Observation, noise_sigma: float) -> Callable[[li
     """Add fresh ``N(0, noise_sigma^2)`` to every entry (the scale given, as in the released code)."""
     check.number("noise_sigma", noise_sigma, low=0.0)
     draws = torch.Generator().manual_seed(observation.seed + 2)
-    return lambda stacked: [t + noise_sigma * torch.randn(t.shape, generator=draws, dtype=t.dtype).to(t.device) for t in stacked]
+    # In place on the fresh draw (the same sums as t + sigma * draw, without two more population-sized tensors).
+    return lambda stacked: [torch.randn(t.shape, generator=draws, dtype=t.dtype).to(t.device).mul_(noise_sigma).add_(t)
+                            for t in stacked]
 
 
 def defense_emulation(name: str | None, observation: Observation, noise_sigma: float = 0.0) -> Callable[[list], list]:
