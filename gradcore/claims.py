@@ -70,6 +70,10 @@ def _mimebundle(title: str, header: list, rows: list, exact: list, plain: str, h
 
 
 #: A claims row's class and mark in the HTML (the book's stylesheet colours them; the mark survives print).
+#: How a ``not reproduced`` row's test column starts; the reason follows.
+NOT_REPRODUCED_PREFIX = "not reproduced: "
+#: The front page's section on reading a claims table, from a chapter's page in the built book.
+READING_GUIDE = "../book/intro.html#how-to-read-a-claims-table"
 _VERDICT_HTML = {True: ("claim-holds", "\u2713"), False: ("claim-fails", "\u2717"), None: ("claim-not-reproduced", "\u2013")}
 _NUMBER = re.compile(r"^[+-]?(\d[\d,]*\.?\d*|\.\d+)(e[+-]?\d+)?( ?(%|dB|s|x))?$|^(inf|-inf|nan)$", re.IGNORECASE)
 
@@ -233,7 +237,7 @@ class Claims:
 
     def not_reproduced(self, claim: str, paper, reproduced, reason: str) -> None:
         """A claim the chapter's setting does not reproduce: listed with the reason, not asserted."""
-        self.rows.append(Claim(claim, paper, reproduced, f"not reproduced: {reason}", None, "not asserted"))
+        self.rows.append(Claim(claim, paper, reproduced, f"{NOT_REPRODUCED_PREFIX}{reason}", None, "not asserted"))
 
     @property
     def failures(self) -> list[Claim]:
@@ -289,8 +293,14 @@ class Claims:
             kind, mark = _VERDICT_HTML[row.holds]
             shown = [_html_cell(c) for c in cells]
             shown[4] = f"<td class='verdict'>{mark} {html.escape(cells[4])}</td>"
+            if cells[3].startswith(NOT_REPRODUCED_PREFIX):
+                # The reason folds away (whole, never cut), so a row is as tall as its claim.
+                reason = cells[3][len(NOT_REPRODUCED_PREFIX):]
+                shown[3] = (f"<td class='reason'>not reproduced<details><summary>why</summary>"
+                            f"{html.escape(reason)}</details></td>")
             rows.append(f"<tr class='{kind}'>" + "".join(shown) + "</tr>")
-        return (f"<table class='gradcore-claims'><caption>{html.escape(self.title)}</caption>"
+        return (f"<table class='gradcore-claims'><caption>{html.escape(self.title)} "
+                f"<a class='claims-help' href='{READING_GUIDE}'>(how to read this table)</a></caption>"
                 f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 

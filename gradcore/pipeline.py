@@ -623,7 +623,7 @@ def results_page(root) -> str:
                     verdict = row[column]
                     verdicts[verdict if verdict in verdicts else "NO"] += 1
                     if verdict == "n/a":
-                        reason = row[table["header"].index("test")].removeprefix("not reproduced: ")
+                        reason = row[table["header"].index("test")].removeprefix(claims.NOT_REPRODUCED_PREFIX)
                         missing.append(f"| {link} | {_escape_cell(row[0])} | {_escape_cell(row[1])} | "
                                        f"{_escape_cell(row[2])} | {_escape_cell(reason)} |")
                 for row in reproducibility.fragile_claims(table, tolerance):
@@ -634,6 +634,12 @@ def results_page(root) -> str:
         counts.append(f"| {link} | {total} | {verdicts['yes']} | {verdicts['n/a']} | {verdicts['NO']} | {weak} |")
     lines = ["| Chapter | Claims | Held | Not reproduced | Failed | Fragile |",
              "| --- | ---: | ---: | ---: | ---: | ---: |", *counts]
+    deployment = root / "notebooks" / f"{DEPLOYMENT_CHAPTER}.ipynb"
+    summary = recorded_findings(deployment) if deployment.exists() else None
+    if summary:
+        lines += ["", "### What protects, and at what cost", "",
+                  f"The key findings of [{_escape_cell(_chapter_title(deployment))}](../notebooks/{DEPLOYMENT_CHAPTER}.ipynb),",
+                  "where every attack of the book meets every defense, as its notebook last ran:", "", summary.strip()]
     if missing:
         lines += ["", "### What does not reproduce, and why", "",
                   "Every row a chapter marks `not reproduced`, with what the source reports, what was measured",
@@ -648,6 +654,21 @@ def results_page(root) -> str:
                   f"````{{dropdown}} The {len(fragile)} fragile rows", "",
                   "| Chapter | Claim | Margin | Allowed drift |", "| --- | --- | ---: | ---: |", *fragile, "````"]
     return "\n".join(lines) + "\n"
+
+
+#: The chapter whose key findings the front page repeats: what protects a deployment, at what cost.
+DEPLOYMENT_CHAPTER = "what-protects"
+
+
+def recorded_findings(path: Path, name: str = "findings") -> str | None:
+    """The Markdown a notebook glued under ``name`` (:func:`gradcore.claims.glue_findings`), or None."""
+    notebook = json.loads(Path(path).read_text(encoding="utf-8"))
+    for cell in notebook.get("cells", []):
+        for output in cell.get("outputs", []):
+            if output.get("metadata", {}).get("scrapbook", {}).get("name") == name:
+                text = output.get("data", {}).get("application/papermill.record/text/markdown")
+                return "".join(text) if isinstance(text, list) else text
+    return None
 
 
 def write_results_page(root) -> None:

@@ -92,6 +92,18 @@ def test_html_escapes_cells():
     assert "<td class='number'>1.0</td>" in markup
 
 
+def test_html_folds_a_reason_whole_and_links_the_reading_guide():
+    table = Claims("t")
+    reason = "data: " + "a long reason, " * 20 + "<the end>"
+    table.not_reproduced("w", "p", "v", reason)
+    markup = table._repr_html_()
+    # The reason is out of the test column's text, folded, whole and escaped; the text form keeps it inline.
+    assert "<td class='reason'>not reproduced<details><summary>why</summary>" in markup
+    assert reason.replace("<", "&lt;").replace(">", "&gt;") + "</details>" in markup
+    assert f"not reproduced: {reason}" in repr(table)
+    assert "href='../book/intro.html#how-to-read-a-claims-table'" in markup
+
+
 @pytest.mark.parametrize("value, text", [
     (True, "yes"), (False, "no"), (0.0, "0"), (math.nan, "nan"), (math.inf, "inf"), (3e-17, "3e-17"),
     (0.5, "0.5"), (89.9, "89.9"), (1.23456, "1.235"), (12345.0, "1.23e+04"), (7, "7"), ("exact", "exact"),

@@ -353,8 +353,12 @@ def test_repository_toc_and_config():
 
     toc = yaml.safe_load((REPO / "_toc.yml").read_text())
     assert toc["format"] == "jb-book" and toc["root"] == "book/intro"
-    files = [c["file"] for c in toc["chapters"]]
-    assert files[0] == "notebooks/dlg" and files[-1] == "notebooks/status"
+    files = pipeline.toc_pages(REPO)
+    assert files[1] == "notebooks/dlg" and files[-1] == "notebooks/status"
+    # The chapters are numbered (their figures then number per chapter, "Fig. 5.2"); the back matter is not.
+    chapters, back = toc["parts"]
+    assert chapters["numbered"] is True and not back.get("numbered")
+    assert sorted(c["file"] for c in chapters["chapters"]) == [f"notebooks/{name}" for name in sorted(pipeline.chapters(REPO))]
     config = yaml.safe_load((REPO / "_config.yml").read_text())
     assert config["execute"]["execute_notebooks"] == "off" and config["only_build_toc_files"] is True
     assert {".*", "**/.*", ".venv", "_build", "gradcore", "tests"} <= set(config["exclude_patterns"])
@@ -579,3 +583,22 @@ def test_chapter_jobs_start_the_slowest_chapter_first(repo):
     assert {job.name: job.estimate for job in jobs_} == {"seed 3: other": 60.0, "seed 3: tiny": 300.0}
     command = jobs_[1].command
     assert command[-6:] == ["tiny", "-p", "seed", "3", "--output", str(repo / "out" / "tiny.ipynb")]
+
+
+def test_front_page_repeats_the_deployment_chapters_recorded_findings(repo, monkeypatch):
+    (repo / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: notebooks/tiny\n")
+    path = write_fake_executed(repo)
+    notebook = nbformat.read(path, as_version=4)
+    assert pipeline.recorded_findings(path) is None
+    monkeypatch.setattr(pipeline, "DEPLOYMENT_CHAPTER", "tiny")
+    assert "What protects" not in pipeline.results_page(repo)  # nothing recorded: no section, no typed text
+    # What myst-nb's glue(name, Markdown(...), display=False) leaves in the notebook.
+    record = {"application/papermill.record/text/markdown": "**2 of 2 checked claims hold.**\n\n- x: 1.5 (holds)",
+              "application/papermill.record/text/plain": "<IPython.core.display.Markdown object>"}
+    notebook.cells[-1].outputs = [nbformat.v4.new_output(
+        "display_data", data=record, metadata={"scrapbook": {"name": "findings", "mime_prefix": "application/papermill.record/"}})]
+    pipeline.write_notebook(notebook, path)
+    assert pipeline.recorded_findings(path).startswith("**2 of 2 checked claims hold.**")
+    page = pipeline.results_page(repo)
+    assert "### What protects, and at what cost" in page and "- x: 1.5 (holds)" in page
+    assert "[A tiny chapter](../notebooks/tiny.ipynb)" in page
