@@ -634,12 +634,16 @@ def results_page(root) -> str:
         counts.append(f"| {link} | {total} | {verdicts['yes']} | {verdicts['n/a']} | {verdicts['NO']} | {weak} |")
     lines = ["| Chapter | Claims | Held | Not reproduced | Failed | Fragile |",
              "| --- | ---: | ---: | ---: | ---: | ---: |", *counts]
-    deployment = root / "notebooks" / f"{DEPLOYMENT_CHAPTER}.ipynb"
-    summary = recorded_findings(deployment) if deployment.exists() else None
-    if summary:
+    recorded = [(name, root / "notebooks" / f"{name}.ipynb") for name in DEPLOYMENT_CHAPTERS]
+    recorded = [(name, path, recorded_findings(path)) for name, path in recorded if path.exists()]
+    if any(summary for _, _, summary in recorded):
         lines += ["", "### What protects, and at what cost", "",
-                  f"The key findings of [{_escape_cell(_chapter_title(deployment))}](../notebooks/{DEPLOYMENT_CHAPTER}.ipynb),",
-                  "where every attack of the book meets every defense, as its notebook last ran:", "", summary.strip()]
+                  "The key findings of the pages where every attack of the book meets every defense, as their",
+                  "notebooks last ran:"]
+        for name, path, summary in recorded:
+            if summary:
+                lines += ["", f"**[{_escape_cell(_chapter_title(path))}](../notebooks/{name}.ipynb)**", "",
+                          summary.strip()]
     if missing:
         lines += ["", "### What does not reproduce, and why", "",
                   "Every row a chapter marks `not reproduced`, with what the source reports, what was measured",
@@ -656,8 +660,8 @@ def results_page(root) -> str:
     return "\n".join(lines) + "\n"
 
 
-#: The chapter whose key findings the front page repeats: what protects a deployment, at what cost.
-DEPLOYMENT_CHAPTER = "what-protects"
+#: The pages whose key findings the front page repeats: what protects a deployment, at what cost.
+DEPLOYMENT_CHAPTERS = ("what-protects", "what-protects-epsilon")
 
 
 def recorded_findings(path: Path, name: str = "findings") -> str | None:
@@ -809,6 +813,9 @@ def toc_pages(root) -> list[str]:
 
 
 CHROMIUM = "/usr/bin/chromium"
+#: The browser check's laptop screen is 1440x900; a page taller than MOST_SCREENS of them is split or folded.
+SCREEN_HEIGHT = 900
+MOST_SCREENS = 25
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 _ERROR_SELECTORS = ".output.traceback, .output.error, .system-message, .problematic, div.admonition.error"
@@ -865,7 +872,7 @@ def browser_check(root, html_dir=None, screenshots=None) -> list[str]:
     problems: list[str] = []
     with _serve(html) as base, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1440, "height": 900})  # a laptop screen: code must fit the column here
+        page = browser.new_page(viewport={"width": 1440, "height": SCREEN_HEIGHT})  # a laptop screen: code must fit the column here
         external: list[str] = []
 
         def route(r):
@@ -955,7 +962,12 @@ def browser_check(root, html_dir=None, screenshots=None) -> list[str]:
             if screenshots:
                 Path(screenshots).mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(Path(screenshots) / f"{doc.replace('/', '_')}.png"), full_page=True)
-            label = f"{figures} figure{'s' if figures != 1 else ''}, {math['rendered']} equations"
+            screens = page.evaluate("document.documentElement.scrollHeight") / SCREEN_HEIGHT
+            if screens > MOST_SCREENS:
+                bad.append(f"{screens:.1f} screens tall at 1440x900, more than {MOST_SCREENS} (continue the chapter "
+                           "on a sub-page, `sections` in _toc.yml, or fold long outputs)")
+            label = (f"{figures} figure{'s' if figures != 1 else ''}, {math['rendered']} equations, "
+                     f"{screens:.1f} screens")
             if bad:
                 problems.extend(f"{rel}: {b}" for b in bad)
                 print(f"FAIL {rel}  {label}: " + "; ".join(bad))

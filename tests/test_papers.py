@@ -82,19 +82,30 @@ def chapter_settings() -> dict:
     return found
 
 
+def library_settings() -> dict:
+    """``{module: (paper, names it reads)}`` for the experiments that read a chapter's settings (``PAPER = ...``)."""
+    found = {}
+    for path in sorted((BOOK.parent / "gradcore" / "experiments").glob("*.py")):
+        text = path.read_text()
+        paper = re.search(r"^PAPER = papers\.([A-Z_]+)$", text, re.M)
+        if paper:
+            found[path.name] = (getattr(papers, paper.group(1)), set(re.findall(r"\bsettings\.([a-z_0-9]+)", text)))
+    return found
+
+
 def keys(paper: papers.Paper) -> set:
     return set(paper.common).union(*map(set, paper.profiles.values()))
 
 
 def test_every_setting_a_chapter_reads_is_defined():
-    for chapter, (paper, read) in chapter_settings().items():
+    for chapter, (paper, read) in {**chapter_settings(), **library_settings()}.items():
         assert read - keys(paper) == set(), f"{chapter} reads settings {paper.key} does not define"
 
 
 def test_every_defined_setting_is_read():
     """A setting no chapter reads is a typo or a leftover; a shared one is read through another paper."""
     read: dict = {}
-    for paper, names in chapter_settings().values():  # a paper's chapter may span several pages
+    for paper, names in [*chapter_settings().values(), *library_settings().values()]:  # and several pages
         read[paper.key] = read.get(paper.key, set()) | names
     source = Path(papers.__file__).read_text()
     for name in papers.PAPERS.names():

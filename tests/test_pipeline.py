@@ -358,7 +358,9 @@ def test_repository_toc_and_config():
     # The chapters are numbered (their figures then number per chapter, "Fig. 5.2"); the back matter is not.
     chapters, back = toc["parts"]
     assert chapters["numbered"] is True and not back.get("numbered")
-    assert sorted(c["file"] for c in chapters["chapters"]) == [f"notebooks/{name}" for name in sorted(pipeline.chapters(REPO))]
+    # A long chapter continues on sub-pages (`sections`): every chapter page is listed once.
+    listed = [entry["file"] for c in chapters["chapters"] for entry in [c, *c.get("sections", [])]]
+    assert sorted(listed) == [f"notebooks/{name}" for name in sorted(pipeline.chapters(REPO))]
     config = yaml.safe_load((REPO / "_config.yml").read_text())
     assert config["execute"]["execute_notebooks"] == "off" and config["only_build_toc_files"] is True
     assert {".*", "**/.*", ".venv", "_build", "gradcore", "tests"} <= set(config["exclude_patterns"])
@@ -590,7 +592,7 @@ def test_front_page_repeats_the_deployment_chapters_recorded_findings(repo, monk
     path = write_fake_executed(repo)
     notebook = nbformat.read(path, as_version=4)
     assert pipeline.recorded_findings(path) is None
-    monkeypatch.setattr(pipeline, "DEPLOYMENT_CHAPTER", "tiny")
+    monkeypatch.setattr(pipeline, "DEPLOYMENT_CHAPTERS", ("tiny", "absent"))
     assert "What protects" not in pipeline.results_page(repo)  # nothing recorded: no section, no typed text
     # What myst-nb's glue(name, Markdown(...), display=False) leaves in the notebook.
     record = {"application/papermill.record/text/markdown": "**2 of 2 checked claims hold.**\n\n- x: 1.5 (holds)",

@@ -11,15 +11,17 @@
 * :mod:`gradcore.experiments.generative`: CENSOR's GAN-prior rows (generators trained here,
   Observation 2);
 * :mod:`gradcore.experiments.privacy`: what epsilon protects (attacks and DP-SGD at a sweep of noise
-  multipliers).
+  multipliers);
+* :mod:`gradcore.experiments.protection`: what protects a deployment (the settings, attacks and
+  deployments both what-protects pages build).
 """
 
 from ..scenarios import Scenario, scenario, scenarios
-from . import exclusivity, generative, minimal, privacy
+from . import exclusivity, generative, minimal, privacy, protection
 from .common import (attack_single_images, batch_slowdown, binomial_spread, final_table, first_below, keep_snapshots,
                      linear_descent_draws, median_steps,
                      label_accuracy, label_outcomes, mean_final, steps_to_psnr)
 
 __all__ = ["Scenario", "attack_single_images", "batch_slowdown", "binomial_spread", "exclusivity", "final_table",
-           "first_below", "generative", "keep_snapshots", "label_accuracy", "linear_descent_draws", "median_steps", "label_outcomes", "mean_final", "minimal", "privacy", "scenario",
+           "first_below", "generative", "keep_snapshots", "label_accuracy", "linear_descent_draws", "median_steps", "label_outcomes", "mean_final", "minimal", "privacy", "protection", "scenario",
            "scenarios", "steps_to_psnr"]
