@@ -28,6 +28,7 @@ def share(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss: s
     ``local`` holds :func:`gradcore.gradients.local_update`'s ``lr``, ``epochs`` and
     ``batch_size``; without it the client shares :func:`shared_gradient`.
     """
+    check.local_training("local", local)
     if local is None:
         return shared_gradient(model, inputs, targets, loss, defense, seed, **defense_options)
     update = grads.local_update(model, inputs, targets, loss, **local)

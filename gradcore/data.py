@@ -265,6 +265,10 @@ def photos(size: int = 32, per_photo: int = 16, crop_fraction: float = 0.5, seed
     """
     from skimage.transform import resize
 
+    check.positive_int("size", size)
+    check.positive_int("per_photo", per_photo)
+    check.number("crop_fraction", crop_fraction, low=0, high=1, low_open=True)
+    check.integer("seed", seed)
     generator = np.random.default_rng(seed)
     images, labels = [], []
     for label, file_name in enumerate(PHOTO_FILES.values()):

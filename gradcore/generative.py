@@ -173,9 +173,20 @@ def train_gan(dataset: datasets.Dataset, steps: int = 2000, batch_size: int = 64
         In evaluation mode (batch norm with its running statistics), parameters frozen.
     GanLog
     """
+    if not isinstance(dataset, datasets.Dataset):
+        raise check.GradcoreTypeError(f"dataset must be a gradcore Dataset (e.g. gradcore.data.load('digits')); "
+                                      f"got {check.describe(dataset)}")
+    if len(dataset.images) == 0:
+        raise check.GradcoreValueError(f"dataset {dataset.name!r} has no images to train the generator on")
     check.positive_int("steps", steps)
     check.positive_int("batch size", batch_size)
+    check.positive_int("latent_dim", latent_dim)
+    check.integer("width", width, low=8)  # the narrowest feature map keeps 8 channels
+    check.number("lr", lr, low=0, low_open=True)
+    check.boolean("flips", flips)
+    check.boolean("progress", progress)
     check.integer("seed", seed)
+    device = check.device("device", device)
     state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:

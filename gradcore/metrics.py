@@ -51,6 +51,9 @@ def _check_pair(reconstruction: torch.Tensor, truth: torch.Tensor, images: bool 
     if reconstruction.dim() < 2 or len(truth) == 0:
         raise check.GradcoreValueError(f"expected batches shaped (B, ...) with B >= 1, got {tuple(truth.shape)}")
     check.finite("truth", truth)
+    # A diverged attack keeps its last finite iterate (gradcore.attacks.base); a NaN here is a caller's bug,
+    # and a NaN score would pass silently through means and comparisons.
+    check.finite("reconstruction", reconstruction)
     return reconstruction.detach().double(), truth.detach().double()
 
 

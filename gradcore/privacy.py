@@ -86,8 +86,7 @@ class Protocol:
         if self.unit not in ("sample", "client"):
             raise check.GradcoreValueError(f"a protocol's unit is 'sample' or 'client', got {self.unit!r}")
         _check_accounting(1.0, self.sample_rate, self.steps, self.delta)
-        if int(self.batch_size) != self.batch_size or self.batch_size < 1:
-            raise check.GradcoreValueError(f"batch_size must be a positive whole number, got {self.batch_size!r}")
+        check.positive_int("batch_size", self.batch_size)
 
 
 @dataclass(frozen=True)
@@ -106,14 +105,10 @@ class Guarantee:
 
 
 def _check_accounting(noise_multiplier: float, sample_rate: float, steps: int, delta: float) -> None:
-    if not (isinstance(noise_multiplier, (int, float)) and math.isfinite(noise_multiplier) and noise_multiplier >= 0):
-        raise check.GradcoreValueError(f"the noise multiplier must be a finite number >= 0, got {noise_multiplier!r}")
-    if not (isinstance(sample_rate, (int, float)) and 0 < sample_rate <= 1):
-        raise check.GradcoreValueError(f"the sample rate must lie in (0, 1], got {sample_rate!r}")
-    if isinstance(steps, bool) or int(steps) != steps or steps < 0:
-        raise check.GradcoreValueError(f"steps must be a whole number >= 0, got {steps!r}")
-    if not (isinstance(delta, (int, float)) and 0 < delta < 1):
-        raise check.GradcoreValueError(f"delta must lie in (0, 1), got {delta!r}")
+    check.number("the noise multiplier", noise_multiplier, low=0)
+    check.number("the sample rate", sample_rate, low=0, high=1, low_open=True)
+    check.integer("steps", steps, low=0)
+    check.number("delta", delta, low=0, high=1, low_open=True, high_open=True)
 
 
 def epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float = DEFAULT_DELTA,
@@ -193,14 +188,26 @@ def noise_multiplier(spec: Mapping) -> float:
     The plain ``noise`` defense is refused: without clipping a gradient's sensitivity is
     unbounded and no noise level bounds epsilon.
     """
+    if not isinstance(spec, Mapping):
+        raise check.GradcoreTypeError(f"a deployment spec must be a dict such as {{'defense': 'dp', 'bound': 1.0, "
+                                      f"'sigma': 0.5}}; got {check.describe(spec)}")
     if spec.get("dp_sgd") is not None:
-        return float(spec["dp_sgd"]["noise_multiplier"])
+        options = spec["dp_sgd"]
+        if not isinstance(options, Mapping) or "noise_multiplier" not in options:
+            raise check.GradcoreValueError(f"a dp_sgd deployment needs {{'noise_multiplier': z, 'max_grad_norm': C}}; "
+                                           f"got {options!r}")
+        check.number("the dp_sgd noise_multiplier", options["noise_multiplier"], low=0)
+        return float(options["noise_multiplier"])
     defense = spec.get("defense")
     if defense in (None, "none", "clip"):
         return 0.0
     if defense == "dp":
-        if spec["bound"] <= 0:
-            raise check.GradcoreValueError(f"the dp defense's bound must be positive, got {spec['bound']}")
+        missing = [key for key in ("bound", "sigma") if key not in spec]
+        if missing:
+            raise check.GradcoreValueError(f"the dp defense's spec needs {' and '.join(missing)} (clipping bound and "
+                                           f"noise standard deviation); got {dict(spec)!r}")
+        check.number("the dp defense's bound", spec["bound"], low=0, low_open=True)
+        check.number("the dp defense's sigma", spec["sigma"], low=0)
         return float(spec["sigma"]) / float(spec["bound"])
     if defense == "noise":
         raise check.GradcoreValueError(
@@ -218,6 +225,9 @@ def guarantee(spec: Mapping, protocol: Protocol) -> Guarantee:
     one sample (it clips the batch's gradient, which bounds the batch, not a sample);
     DP-SGD clients bound samples, not clients.
     """
+    if not isinstance(protocol, Protocol):
+        raise check.GradcoreTypeError(f"protocol must be a gradcore.privacy.Protocol, e.g. Protocol('client', 0.25, 100); "
+                                      f"got {check.describe(protocol)}")
     z = noise_multiplier(spec)
     if protocol.unit == "sample" and spec.get("defense") == "dp" and protocol.batch_size != 1:
         raise check.GradcoreValueError(
@@ -262,11 +272,16 @@ def dp_sgd_gradient(model: nn.Module, images: torch.Tensor, labels: torch.Tensor
     from opacus import PrivacyEngine
     from torch.utils.data import DataLoader, TensorDataset
 
+    check.tensor("images", images, floating=True)
+    check.tensor("labels", labels)
     if len(images) == 0 or len(images) != len(labels):
         raise check.GradcoreValueError(f"a DP-SGD client needs as many labels as images, at least one; got "
                                        f"{len(images)} images and {len(labels)} labels")
-    if max_grad_norm <= 0:
-        raise check.GradcoreValueError(f"max_grad_norm must be positive, got {max_grad_norm}")
+    outputs = check.inputs_for(model, images, "images")
+    check.targets_for("labels", labels, len(images), outputs, loss)
+    check.positive_int("batch_size", batch_size)
+    check.number("max_grad_norm", max_grad_norm, low=0, low_open=True)
+    check.integer("seed", seed)
     _check_accounting(noise_multiplier, 1.0, 1, DEFAULT_DELTA)
     client = copy.deepcopy(model).train()
     optimizer = torch.optim.SGD(gradients.trainable(client), lr=0.0)

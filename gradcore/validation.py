@@ -93,7 +93,8 @@ def integer(name: str, value: Any, low: int | None = None, high: int | None = No
     """
     if value is None and allow_none:
         return
-    expected = f"a whole number {_integer_range(low, high)}" + (" or None" if allow_none else "")
+    bounds = "" if low is None and high is None else f" {_integer_range(low, high)}"
+    expected = f"a whole number{bounds}" + (" or None" if allow_none else "")
     if not _is_integer(value):
         hint = ""
         real = _real_value(value)
@@ -202,6 +203,18 @@ def tensor(name: str, value: Any, floating: bool = False) -> None:
     if floating and not value.is_floating_point():
         hint = " (images in 0-255: convert with images.float() / 255)" if value.dtype == torch.uint8 else ""
         raise GradcoreTypeError(f"{name} must be a floating-point tensor; got {describe(value)}{hint}")
+
+
+def device(name: str, value: Any) -> torch.device:
+    """A torch device this machine has (``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device``), returned as one."""
+    try:
+        resolved = torch.device(value)
+    except (RuntimeError, TypeError) as error:
+        raise GradcoreValueError(f"{name} must name a torch device such as 'cpu' or 'cuda'; got {describe(value)} "
+                                 f"({str(error).splitlines()[0][:80]})") from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise GradcoreValueError(f"{name} is {value!r}, but this machine has no CUDA device; use 'cpu'")
+    return resolved
 
 
 def finite(name: str, value: torch.Tensor) -> None:
@@ -409,7 +422,8 @@ def _fraction(name, value):  # (0, 1]
     number(name, value, low=0, high=1, low_open=True)
 
 
-def _local(name, value):
+def local_training(name: str, value: Any) -> None:
+    """A client's local training: None (one gradient), or a dict with ``lr`` and optionally ``epochs``, ``batch_size``."""
     if value is None:
         return
     if not isinstance(value, dict):
@@ -449,7 +463,12 @@ OPTION_RULES: dict[str, Callable[[str, Any], None]] = {
     "projection": lambda name, value: one_of(name, value, ("exact", "public")),
     "padding_mode": lambda name, value: one_of(name, value, ("zeros", "reflect", "replicate", "circular")),
     "split": lambda name, value: one_of(name, value, ("train", "test")),
-    "local": _local, "transform": _callable_or_none,
+    "local": local_training, "transform": _callable_or_none,
+    # the GAN-prior attacks' budgets and steps (GGL, GIAS, GIFD)
+    "latent_iterations": _count, "parameter_iterations": _count, "layer_iterations": _count,
+    "generations": _count, "population": _count, "candidates": _count,
+    "parameter_lr": _positive, "feature_lr": _positive, "ball": _positive,
+    "kl_weight": _non_negative, "noise_sigma": _non_negative, "decay": boolean,
 }
 
 

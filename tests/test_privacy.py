@@ -17,7 +17,7 @@ from scipy import optimize, stats
 from gradcore import federated, gradients, models, plots, privacy
 from gradcore.data import Dataset
 from gradcore.experiments import privacy as experiment
-from gradcore.validation import GradcoreValueError
+from gradcore.validation import GradcoreTypeError, GradcoreValueError
 
 
 def exact_gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
@@ -94,7 +94,8 @@ def test_sample_level_needs_per_sample_clipping():
     ((1.0, 1.5, 10, 1e-5), "sample rate"), ((1.0, 0.1, 2.5, 1e-5), "steps"), ((1.0, 0.1, 10, 0.0), "delta"),
     ((math.nan, 0.1, 10, 1e-5), "noise multiplier")])
 def test_bad_accounting_arguments_are_named(arguments, message):
-    with pytest.raises(GradcoreValueError, match=message):
+    # A value out of range is a GradcoreValueError, 2.5 steps a GradcoreTypeError: both the library's, both named.
+    with pytest.raises((GradcoreValueError, GradcoreTypeError), match=message):
         privacy.epsilon(*arguments)
 
 

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from gradcore import client
 import gradcore
-from gradcore import attacks, data, defenses, dense, exclusivity, gradients, metrics, minimal, models, validation, walkback
+from gradcore import (attacks, data, defenses, dense, exclusivity, generative, gradients, metrics, minimal, models, privacy,
+                      validation, walkback)
 from gradcore.registry import UnknownNameError
 from gradcore.validation import GradcoreError, GradcoreTypeError, GradcoreValueError
 
@@ -31,6 +32,14 @@ INPUTS = torch.rand((2, 1, 4, 4), generator=torch.Generator().manual_seed(0), dt
 LABELS = torch.tensor([0, 2])
 GRADIENT = client.shared_gradient(MODEL, INPUTS, LABELS)
 CONTEXT = {"model": MODEL, "inputs": INPUTS, "labels": LABELS, "loss": "cross_entropy"}
+# An untrained generator and a client of its 8x8 images (the smallest side it draws), for the GAN-prior attacks.
+GENERATOR = generative.Generator((1, 8, 8), 3, latent_dim=4, width=8).double().eval()
+GAN_MODEL = models.build("mlp", (1, 8, 8), 3, seed=0, widths=(5,)).double()
+GAN_GRADIENT = client.shared_gradient(GAN_MODEL, torch.rand((2, 1, 8, 8), generator=torch.Generator().manual_seed(0),
+                                                            dtype=torch.float64), LABELS)
+DIGITS = data.load("digits", limit=32)
+DP = {"defense": "dp", "bound": 1.0, "sigma": 0.5}
+PROTOCOL = privacy.Protocol("client", 0.25, 10)
 
 
 # ----------------------------------------------------------------------------------
@@ -291,6 +300,17 @@ def _attack(**changes):
     return gradcore.attack(arguments.pop("name"), arguments.pop("model"), arguments.pop("gradient"), **arguments)
 
 
+def _gan_attack(name, **options):
+    return gradcore.attack(name, GAN_MODEL, GAN_GRADIENT, shape=(1, 8, 8), batch_size=2, labels=LABELS, progress=False,
+                           generator=GENERATOR, **options)
+
+
+def _train_gan(**changes):
+    arguments = dict(dataset=DIGITS, steps=1, progress=False)
+    arguments.update(changes)
+    return generative.train_gan(arguments.pop("dataset"), **arguments)
+
+
 def _nan_at(tensor: torch.Tensor, index: int, value: float) -> torch.Tensor:
     flat = tensor.clone().reshape(-1)
     flat[index % flat.numel()] = value
@@ -344,6 +364,38 @@ BAD_CALLS = {
     "metric pair": (st.sampled_from([(INPUTS, INPUTS[:1]), ((INPUTS * 255).to(torch.uint8), INPUTS), (INPUTS, INPUTS.flatten())]),
                     lambda v: metrics.mse(*v)),
     "align pair": (st.sampled_from([(INPUTS, INPUTS[:1]), (INPUTS, INPUTS.long())]), lambda v: metrics.align(*v)),
+    "metric reconstruction": (st.sampled_from([torch.full_like(INPUTS, math.nan), INPUTS.clone().index_fill_(0, torch.tensor([1]), math.inf)]),
+                              lambda v: metrics.psnr(v, INPUTS)),
+    "photos size": (BAD_COUNT, lambda v: data.photos(size=v)),
+    "photos per_photo": (BAD_COUNT, lambda v: data.photos(per_photo=v)),
+    # the GAN prior and the GAN-prior attacks
+    "train_gan dataset": (st.sampled_from(["digits", None, INPUTS]), lambda v: _train_gan(dataset=v)),
+    "train_gan latent_dim": (BAD_COUNT, lambda v: _train_gan(latent_dim=v)),
+    "train_gan width": (st.one_of(st.integers(max_value=7), NOT_A_NUMBER), lambda v: _train_gan(width=v)),
+    "train_gan lr": (BAD_POSITIVE, lambda v: _train_gan(lr=v)),
+    "train_gan flips": (st.sampled_from(["no", 1, None]), lambda v: _train_gan(flips=v)),
+    "train_gan device": (st.sampled_from(["nosuch", 3.5, "gpu"]), lambda v: _train_gan(device=v)),
+    "train_gan seed": (st.sampled_from([0.5, "0", None]), lambda v: _train_gan(seed=v)),
+    "gias parameter_lr": (BAD_POSITIVE, lambda v: _gan_attack("gias", latent_iterations=1, parameter_iterations=1, parameter_lr=v)),
+    "gias unknown option": (st.sampled_from(["parameter_weight", "steps"]), lambda v: _gan_attack("gias", **{v: -1})),
+    "gifd feature_lr": (BAD_POSITIVE, lambda v: _gan_attack("gifd", latent_iterations=1, layer_iterations=1, feature_lr=v)),
+    "ggl generations": (BAD_COUNT, lambda v: _gan_attack("ggl", generations=v)),
+    # differential privacy
+    "guarantee spec": (st.sampled_from([None, "dp", {"defense": "dp", "bound": 1.0}, {"defense": "dp", "sigma": 1.0},
+                                        {"dp_sgd": {"max_grad_norm": 1.0}}, {**DP, "sigma": "0.5"}, {**DP, "bound": 0.0},
+                                        {"defense": "noise", "sigma": 0.1}]),
+                       lambda v: privacy.guarantee(v, PROTOCOL)),
+    "guarantee protocol": (st.sampled_from(["sample", None, 3]), lambda v: privacy.guarantee(DP, v)),
+    "epsilon steps": (st.one_of(st.integers(max_value=-1), st.just("ten"), st.none(), st.just(math.nan), st.floats(0.1, 0.9)),
+                      lambda v: privacy.epsilon(1.0, 0.1, v)),
+    "epsilon sample rate": (BAD_FRACTION, lambda v: privacy.epsilon(1.0, v, 10)),
+    "Protocol batch_size": (BAD_COUNT, lambda v: privacy.Protocol("sample", 0.1, 10, batch_size=v)),
+    "dp_sgd_gradient labels": (st.sampled_from([torch.tensor([0, 5]), torch.tensor([-1, 0]), torch.tensor([0.0, 1.0]), torch.tensor([0])]),
+                               lambda v: privacy.dp_sgd_gradient(MODEL, INPUTS, v, 2, 1.0, 1.0)),
+    "dp_sgd_gradient images": (st.sampled_from([INPUTS.float(), INPUTS[:, :, :3], torch.full_like(INPUTS, math.nan)]),
+                               lambda v: privacy.dp_sgd_gradient(MODEL, v, LABELS, 2, 1.0, 1.0)),
+    "share local": (st.sampled_from([{"epochs": 1}, {"lr": -1.0}, {"lr": 0.1, "steps": 2}, "0.1"]),
+                    lambda v: client.share(MODEL, INPUTS, LABELS, local=v)),
     # minimal structure and exclusivity
     "conv_counting kernels": (BAD_COUNT, lambda v: minimal.conv_counting(8, 1, v, 3)),
     "first_layer_inversion tolerance": (BAD_POSITIVE, lambda v: minimal.first_layer_inversion(np.ones((2, 3)), np.ones(2), tolerance=v)),
@@ -379,6 +431,13 @@ REPRESENTATIVE = {
     "build shape": (1, -4, 4), "build widths": (0,), "load size": 0, "load crop_fraction": 0.0, "psnr data_range": -1.0,
     "metric pair": ((INPUTS * 255).to(torch.uint8), INPUTS), "align pair": (INPUTS, INPUTS[:1]), "conv_counting kernels": 0,
     "first_layer_inversion tolerance": -1.0, "two_step iterations": 0, "reconstruct batch_size": 0, "artifact target": (99, 0),
+    "metric reconstruction": torch.full_like(INPUTS, math.nan), "photos size": 0, "photos per_photo": -1,
+    "train_gan dataset": "digits", "train_gan latent_dim": -1, "train_gan width": 0, "train_gan lr": math.inf,
+    "train_gan flips": "no", "train_gan device": "nosuch", "train_gan seed": 0.5, "gias parameter_lr": -1e-3,
+    "gias unknown option": "parameter_weight", "gifd feature_lr": -1.0, "ggl generations": 0,
+    "guarantee spec": {"defense": "dp", "bound": 1.0}, "guarantee protocol": "sample", "epsilon steps": "ten",
+    "epsilon sample rate": 0.0, "Protocol batch_size": "x", "dp_sgd_gradient labels": torch.tensor([0, 5]),
+    "dp_sgd_gradient images": INPUTS.float(), "share local": {"epochs": 1},
 }
 
 
