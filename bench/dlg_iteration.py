@@ -35,9 +35,9 @@ import time
 from pathlib import Path
 
 import torch
+from _results import write_json
 
 import gradcore
-from _results import write_json
 from gradcore import attacks, client, gradients, models
 
 SHAPE = (3, 32, 32)

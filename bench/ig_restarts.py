@@ -38,9 +38,9 @@ import time
 from pathlib import Path
 
 import torch
+from _results import write_json
 
 import gradcore
-from _results import write_json
 from gradcore import client, gradients, models
 from gradcore.attacks import inverting
 

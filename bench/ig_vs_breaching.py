@@ -65,9 +65,9 @@ import warnings
 from pathlib import Path
 
 import torch
+from _results import write_json
 
 import gradcore
-from _results import write_json
 from gradcore import attacks, data, gradients, metrics
 from gradcore.attacks import inverting
 

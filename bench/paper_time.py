@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from _results import write_json
 
 import gradcore
-from _results import write_json
 from gradcore import client, data, experiments, papers
 
 

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import html
 import math
+import os
 import re
 from dataclasses import dataclass
 from typing import Sequence
 
-import os
-
+from .errors import GradcoreValueError
 from .papers import smoke_run
 from .reproducibility import TABLE_MIME
-from .errors import GradcoreValueError
 
 #: Set (to 1) by ``gradcore seeds``: every claim is computed and shown with its verdict ("NO" where it
 #: fails), and ``Claims.check()`` reports the failures instead of raising, so one failing claim does

@@ -280,7 +280,9 @@ def cmd_check(root: Path, args) -> int:
 def cmd_test(root: Path, args) -> int:
     """What CI runs: the unit tests, the paper profiles' smoke runs and every check, in one pool of jobs."""
     unit = jobs.Job("unit tests", jobs.python("-m", "pytest", "tests", "-q", "-p", "no:cacheprovider"), 60.0, quiet=True)
-    return _check(root, args, [unit, *smoke_jobs(root, root / pipeline.SMOKE_DIR / "data")])
+    # pyproject.toml's [tool.ruff] says what is checked
+    lint = jobs.Job("lint", jobs.python("-m", "ruff", "check", "gradcore", "tests", "bench"), 5.0)
+    return _check(root, args, [unit, lint, *smoke_jobs(root, root / pipeline.SMOKE_DIR / "data")])
 
 
 def cmd_tolerances(root: Path, args) -> int:

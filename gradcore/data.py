@@ -238,8 +238,8 @@ def faces(size: int = 24) -> Dataset:
 
 
 def _read_photo(file_name: str) -> np.ndarray:
-    from skimage import io
     import skimage
+    from skimage import io
 
     path = Path(skimage.__file__).parent / "data" / file_name
     if not path.exists():

@@ -30,7 +30,6 @@ from .claims import Table
 from .errors import AttackRefused
 from .scenarios import scenarios as draw_scenarios
 
-
 # ----------------------------------------------------------------------------------
 # The matrix
 # ----------------------------------------------------------------------------------

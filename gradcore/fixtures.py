@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import data, validation as check
-
+from . import data
+from . import validation as check
 
 #: Distinct crops cut per call; more images repeat them, mirrored and shifted (cutting crops is the slow part).
 DISTINCT = 64

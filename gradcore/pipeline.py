@@ -29,6 +29,7 @@ from importlib import metadata
 from pathlib import Path
 
 from . import claims, reproducibility
+
 # The profiles and the smoke switch are defined once, with the settings they select.
 from .papers import PROFILES, SMOKE_VARIABLE
 
@@ -851,6 +852,78 @@ def _serve(directory: Path):
         server.server_close()
 
 
+def _page_problems(page, root: Path, doc: str) -> tuple[list[str], str, dict, dict]:
+    """The browser check of one loaded page: its problems, a one-line summary, its claims rows, its results counts."""
+    bad: list[str] = []
+    if not page.locator("h1:visible").count():
+        bad.append("no visible h1")
+    n_err = page.locator(_ERROR_SELECTORS).count()
+    if n_err:
+        bad.append(f"{n_err} error element(s) ({_ERROR_SELECTORS})")
+    outputs_text = " ".join(page.locator(".cell_output").all_inner_texts())
+    match = _ERROR_TEXT.search(outputs_text)
+    if match:
+        bad.append(f"error text in an output: {match.group(0)!r}")
+    images = page.evaluate(
+        """async () => {
+            const imgs = [...document.images];
+            imgs.forEach(i => { i.loading = 'eager'; });
+            await Promise.all(imgs.map(i => i.decode().catch(() => null)));
+            return imgs.map(i => ({src: i.getAttribute('src'), ok: i.complete && i.naturalWidth > 0,
+                                   output: !!i.closest('.cell_output'),
+                                   captioned: !!(i.closest('figure') && i.closest('figure').querySelector('figcaption'))}));
+        }"""
+    )
+    broken = [i["src"] for i in images if not i["ok"]]
+    if broken:
+        bad.append(f"{len(broken)} image(s) did not load: {', '.join(broken[:3])}")
+    figures = sum(i["output"] for i in images)
+    uncaptioned = sum(i["output"] and not i["captioned"] for i in images)
+    if uncaptioned:
+        bad.append(f"{uncaptioned} output figure(s) without a caption (add `:mystnb: figure: caption:` to the cell)")
+    nb_path = root / f"{doc}.ipynb"
+    if nb_path.exists():
+        expected = _png_outputs(nb_path)
+        if figures < expected:
+            bad.append(f"{figures} output images rendered, the notebook has {expected}")
+    math = page.evaluate(
+        """async () => {
+            const n = document.querySelectorAll('.math').length;
+            if (!n) return {n: 0, rendered: 0, errors: 0};
+            if (window.MathJax && MathJax.startup && MathJax.startup.promise)
+                await MathJax.startup.promise;
+            return {n, rendered: document.querySelectorAll('mjx-container').length,
+                    errors: document.querySelectorAll('mjx-merror').length};
+        }"""
+    )
+    if math["n"] and not math["rendered"]:
+        bad.append(f"{math['n']} math element(s) but MathJax rendered none")
+    if math["errors"]:
+        bad.append(f"{math['errors']} TeX error(s) in the math")
+    boxed = page.evaluate(_DARK_TABLES_JS)
+    if boxed:
+        bad.append(f"{boxed} output table(s) on a light box in dark mode (book/_static/gradcore.css)")
+    claims = page.evaluate(_CLAIMS_ROWS_JS)
+    if claims["unmarked"]:
+        bad.append(f"{claims['unmarked']} claims row(s) without a verdict class (re-execute the chapter)")
+    wide = page.evaluate(_WIDE_CODE_JS)
+    if wide:
+        bad.append(f"{len(wide)} shown code cell(s) wider than the column at this width, e.g. `{wide[0][:60]}` "
+                   "(wrap the line, or hide the cell's input)")
+    findings = page.evaluate(_FINDINGS_JS)
+    if claims["rows"] and not (findings["found"] and findings["before"] and findings["items"]):
+        bad.append("no key-findings box with its findings above the first code cell "
+                   f"({findings}; claims.glue_findings at the end, the box before the parameters cell)")
+    summary = page.evaluate(_RESULTS_SUMMARY_JS)
+    screens = page.evaluate("document.documentElement.scrollHeight") / SCREEN_HEIGHT
+    if screens > MOST_SCREENS:
+        bad.append(f"{screens:.1f} screens tall at 1440x900, more than {MOST_SCREENS} (continue the chapter "
+                   "on a sub-page, `sections` in _toc.yml, or fold long outputs)")
+    label = (f"{figures} figure{'s' if figures != 1 else ''}, {math['rendered']} equations, "
+             f"{screens:.1f} screens")
+    return bad, label, claims, summary
+
+
 def browser_check(root, html_dir=None, screenshots=None) -> list[str]:
     """Open every page of the toc in headless Chromium; return the problems (empty if all good).
 
@@ -894,80 +967,16 @@ def browser_check(root, html_dir=None, screenshots=None) -> list[str]:
                 problems.append(f"{rel}: HTTP {response.status if response else 'no response'}")
                 print(f"FAIL {rel}  not found")
                 continue
-            if not page.locator("h1:visible").count():
-                bad.append("no visible h1")
-            n_err = page.locator(_ERROR_SELECTORS).count()
-            if n_err:
-                bad.append(f"{n_err} error element(s) ({_ERROR_SELECTORS})")
-            outputs_text = " ".join(page.locator(".cell_output").all_inner_texts())
-            match = _ERROR_TEXT.search(outputs_text)
-            if match:
-                bad.append(f"error text in an output: {match.group(0)!r}")
-            images = page.evaluate(
-                """async () => {
-                    const imgs = [...document.images];
-                    imgs.forEach(i => { i.loading = 'eager'; });
-                    await Promise.all(imgs.map(i => i.decode().catch(() => null)));
-                    return imgs.map(i => ({src: i.getAttribute('src'), ok: i.complete && i.naturalWidth > 0,
-                                           output: !!i.closest('.cell_output'),
-                                           captioned: !!(i.closest('figure') && i.closest('figure').querySelector('figcaption'))}));
-                }"""
-            )
-            broken = [i["src"] for i in images if not i["ok"]]
-            if broken:
-                bad.append(f"{len(broken)} image(s) did not load: {', '.join(broken[:3])}")
-            figures = sum(i["output"] for i in images)
-            uncaptioned = sum(i["output"] and not i["captioned"] for i in images)
-            if uncaptioned:
-                bad.append(f"{uncaptioned} output figure(s) without a caption (add `:mystnb: figure: caption:` to the cell)")
-            nb_path = root / f"{doc}.ipynb"
-            if nb_path.exists():
-                expected = _png_outputs(nb_path)
-                if figures < expected:
-                    bad.append(f"{figures} output images rendered, the notebook has {expected}")
-            math = page.evaluate(
-                """async () => {
-                    const n = document.querySelectorAll('.math').length;
-                    if (!n) return {n: 0, rendered: 0, errors: 0};
-                    if (window.MathJax && MathJax.startup && MathJax.startup.promise)
-                        await MathJax.startup.promise;
-                    return {n, rendered: document.querySelectorAll('mjx-container').length,
-                            errors: document.querySelectorAll('mjx-merror').length};
-                }"""
-            )
-            if math["n"] and not math["rendered"]:
-                bad.append(f"{math['n']} math element(s) but MathJax rendered none")
-            if math["errors"]:
-                bad.append(f"{math['errors']} TeX error(s) in the math")
+            page_bad, label, claims, summary = _page_problems(page, root, doc)
+            bad.extend(page_bad)
             if external:
                 bad.append(f"{len(external)} request(s) to the network blocked, e.g. {external[0]}")
-            boxed = page.evaluate(_DARK_TABLES_JS)
-            if boxed:
-                bad.append(f"{boxed} output table(s) on a light box in dark mode (book/_static/gradcore.css)")
-            claims = page.evaluate(_CLAIMS_ROWS_JS)
-            if claims["unmarked"]:
-                bad.append(f"{claims['unmarked']} claims row(s) without a verdict class (re-execute the chapter)")
             shown_claims[doc] = claims
-            wide = page.evaluate(_WIDE_CODE_JS)
-            if wide:
-                bad.append(f"{len(wide)} shown code cell(s) wider than the column at this width, e.g. `{wide[0][:60]}` "
-                           "(wrap the line, or hide the cell's input)")
-            findings = page.evaluate(_FINDINGS_JS)
-            if claims["rows"] and not (findings["found"] and findings["before"] and findings["items"]):
-                bad.append("no key-findings box with its findings above the first code cell "
-                           f"({findings}; claims.glue_findings at the end, the box before the parameters cell)")
-            summary = page.evaluate(_RESULTS_SUMMARY_JS)
             if summary:
                 front_page = summary
             if screenshots:
                 Path(screenshots).mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(Path(screenshots) / f"{doc.replace('/', '_')}.png"), full_page=True)
-            screens = page.evaluate("document.documentElement.scrollHeight") / SCREEN_HEIGHT
-            if screens > MOST_SCREENS:
-                bad.append(f"{screens:.1f} screens tall at 1440x900, more than {MOST_SCREENS} (continue the chapter "
-                           "on a sub-page, `sections` in _toc.yml, or fold long outputs)")
-            label = (f"{figures} figure{'s' if figures != 1 else ''}, {math['rendered']} equations, "
-                     f"{screens:.1f} screens")
             if bad:
                 problems.extend(f"{rel}: {b}" for b in bad)
                 print(f"FAIL {rel}  {label}: " + "; ".join(bad))

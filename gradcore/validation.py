@@ -33,7 +33,6 @@ from torch import nn
 
 from .errors import AttackRefused, GradcoreError, GradcoreTypeError, GradcoreValueError  # noqa: F401 (re-exported)
 
-
 # ----------------------------------------------------------------------------------
 # Describing what was given
 # ----------------------------------------------------------------------------------

@@ -49,8 +49,22 @@ import numpy as np
 import torch
 from torch import nn
 
-from .dense import (DenseNetwork, LayerGradients, check_batch, check_gradients, check_inputs, flatten_gradients,
-                    forward, gradients, linear_layers, loss_value, per_sample_sensitivities, random_network, scale_gradients, softmax)
+from .dense import (
+    DenseNetwork,
+    LayerGradients,
+    check_batch,
+    check_gradients,
+    check_inputs,
+    flatten_gradients,
+    forward,
+    gradients,
+    linear_layers,
+    loss_value,
+    per_sample_sensitivities,
+    random_network,
+    scale_gradients,
+    softmax,
+)
 from .validation import AttackRefused, GradcoreValueError
 
 # ----------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-
 import gradcore
 from gradcore import data
 

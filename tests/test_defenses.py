@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from gradcore import client
-from gradcore import defenses, gradients
+from gradcore import client, defenses, gradients
 
 
 def gradient_of_norm(target: float, seed: int = 0) -> tuple:

@@ -10,13 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from networks import WIDTHS, network_and_sample, torch_mlp  # noqa: E402
 
 import gradcore
 from gradcore import defenses, dense, models
 from gradcore import gradients as grads
 from gradcore import walkback as wb
-
-from networks import WIDTHS, network_and_sample, torch_mlp  # noqa: E402
 
 
 @pytest.mark.parametrize("bias, loss", [(True, "cross_entropy"), ([False, False, True], "cross_entropy"),

@@ -316,7 +316,7 @@ def test_a_bug_inside_an_attack_propagates_instead_of_scoring_a_refusal(digits, 
 
 
 def test_clipping_keeps_the_direction_and_says_where_it_acts():
-    from gradcore import data, experiments, evaluation, gradients
+    from gradcore import data, evaluation, experiments, gradients
 
     digits = data.load("digits", limit=100)
     cases = experiments.scenarios(digits, "mlp", 1, 3, seed=0, widths=(16,))

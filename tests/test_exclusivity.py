@@ -4,9 +4,8 @@ import numpy as np
 import pytest
 
 import gradcore
+from gradcore import dense, experiments
 from gradcore import exclusivity as ex
-from gradcore import experiments
-from gradcore import dense
 
 
 def _batch(rng, size, dim=16):

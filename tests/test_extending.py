@@ -13,7 +13,13 @@ import torch
 
 import gradcore
 from gradcore import data, defenses, evaluation, experiments
-from gradcore.attacks.base import ATTACKS, AttackResult, Observation, OptimiserSteps, optimise
+from gradcore.attacks.base import (
+    ATTACKS,
+    AttackResult,
+    Observation,
+    OptimiserSteps,
+    optimise,
+)
 
 
 @pytest.fixture

@@ -13,8 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gradcore import client
-from gradcore import gradients
+from gradcore import client, gradients
 
 
 def finite_difference_gradient(model, inputs, targets, loss, step=1e-6):

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from test_pipeline import HEADER
 
 from gradcore import claims, pipeline, reproducibility
 from gradcore.reproducibility import Tolerance, compare_outputs, compare_text, kind_of
-from test_pipeline import HEADER
 
 REPO = Path(__file__).resolve().parents[1]
 TOLERANCE = Tolerance(decibels=1.0, magnitude=0.25, fraction=0.01, other=0.05, roundoff=1e-12)

@@ -16,13 +16,27 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import assume, given
+from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from gradcore import client
+
 import gradcore
-from gradcore import (attacks, data, defenses, dense, exclusivity, generative, gradients, metrics, minimal, models, privacy,
-                      validation, walkback)
+from gradcore import (
+    attacks,
+    client,
+    data,
+    defenses,
+    dense,
+    exclusivity,
+    generative,
+    gradients,
+    metrics,
+    minimal,
+    models,
+    privacy,
+    validation,
+    walkback,
+)
 from gradcore.registry import UnknownNameError
 from gradcore.validation import GradcoreError, GradcoreTypeError, GradcoreValueError
 

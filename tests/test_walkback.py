@@ -12,15 +12,11 @@ import time
 import numpy as np
 import pytest
 import torch
-
-from gradcore import client
-from gradcore import gradients as grads
-from gradcore import models
-from gradcore import dense
-from gradcore import walkback as wb
-
 from networks import WIDTHS, network_and_sample, torch_mlp  # noqa: E402
 
+from gradcore import client, dense, models
+from gradcore import gradients as grads
+from gradcore import walkback as wb
 
 # ----------------------------------------------------------------------------------
 # Analytic gradients

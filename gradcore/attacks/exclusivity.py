@@ -16,8 +16,8 @@ import math
 import torch
 from torch import nn
 
-from .. import exclusivity as analysis
 from .. import dense, walkback
+from .. import exclusivity as analysis
 from .. import validation as check
 from .base import ATTACKS, AttackResult, Observation, OptimiserSteps, optimise
 

@@ -16,7 +16,16 @@ from torch import nn
 
 from .. import gradients as grads
 from .. import validation as check
-from .base import ATTACKS, INITIALISERS, OPTIMISERS, AttackResult, Observation, OptimiserSteps, last_linear, optimise
+from .base import (
+    ATTACKS,
+    INITIALISERS,
+    OPTIMISERS,
+    AttackResult,
+    Observation,
+    OptimiserSteps,
+    last_linear,
+    optimise,
+)
 
 
 def infer_labels(model: nn.Module, gradient: Sequence[torch.Tensor], batch_size: int = 1) -> torch.Tensor:

@@ -13,7 +13,15 @@ import torch
 
 from .. import gradients as grads
 from ..registry import Registry
-from .base import ATTACKS, INITIALISERS, OPTIMISERS, AttackResult, Observation, OptimiserSteps, optimise
+from .base import (
+    ATTACKS,
+    INITIALISERS,
+    OPTIMISERS,
+    AttackResult,
+    Observation,
+    OptimiserSteps,
+    optimise,
+)
 from .matching import euclidean_distance, infer_labels
 
 

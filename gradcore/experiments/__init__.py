@@ -18,9 +18,20 @@
 
 from ..scenarios import Scenario, scenario, scenarios
 from . import exclusivity, generative, minimal, privacy, protection
-from .common import (attack_single_images, batch_slowdown, binomial_spread, final_table, first_below, keep_snapshots,
-                     linear_descent_draws, median_steps,
-                     label_accuracy, label_outcomes, mean_final, steps_to_psnr)
+from .common import (
+                     attack_single_images,
+                     batch_slowdown,
+                     binomial_spread,
+                     final_table,
+                     first_below,
+                     keep_snapshots,
+                     label_accuracy,
+                     label_outcomes,
+                     linear_descent_draws,
+                     mean_final,
+                     median_steps,
+                     steps_to_psnr,
+)
 
 __all__ = ["Scenario", "attack_single_images", "batch_slowdown", "binomial_spread", "exclusivity", "final_table",
            "first_below", "generative", "keep_snapshots", "label_accuracy", "linear_descent_draws", "median_steps", "label_outcomes", "mean_final", "minimal", "privacy", "protection", "scenario",

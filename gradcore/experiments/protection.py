@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from .. import data, defenses, evaluation, generative, models, papers
-from . import generative as generative_experiments
 from ..scenarios import scenarios
+from . import generative as generative_experiments
 
 #: Whose settings these functions read: every ``settings`` argument is ``PAPER.settings(profile)``.
 PAPER = papers.WHAT_PROTECTS

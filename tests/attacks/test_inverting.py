@@ -9,6 +9,8 @@ Also the FedAvg form (local training unrolled).
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -16,10 +18,6 @@ import torch
 import gradcore
 from gradcore import attacks, client, data, experiments, gradients, models
 from gradcore.attacks import AttackResult, inverting
-
-
-import copy
-
 
 SHAPE = (3, 32, 32)
 
