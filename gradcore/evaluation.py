@@ -368,7 +368,7 @@ def matrix(attacks: Mapping[str, Mapping], defenses: Mapping[str, Mapping], scen
                     shared = shared_gradients[(defense_label, index)]
                     try:
                         outcome = attack(spec["attack"], case.model, shared, shape=case.shape, batch_size=case.batch_size,
-                                         labels=None if hidden else case.labels, loss=case.loss, seed=seed + index,
+                                         labels=case.attacker_labels(not hidden), loss=case.loss, seed=seed + index,
                                          progress=False, **config)
                         reconstruction = outcome.aligned(case.inputs).clamp(0, 1)
                         seconds += outcome.seconds

@@ -49,6 +49,15 @@ class Scenario:
         """The FedAvg update ``theta_0 - theta_K`` after local training (see :func:`gradcore.gradients.local_update`)."""
         return gradients.local_update(self.model, self.inputs, self.labels, self.loss, lr, epochs, batch_size)
 
+    def attacker_labels(self, known: bool = True) -> torch.Tensor | None:
+        """The labels an attack is given: the client's, or None when ``known`` is False.
+
+        Regression targets are always given: they are what the output layer is matched
+        against, not a class the attacker could read off the gradient. Every way of attacking
+        a scenario (:meth:`attack`, :func:`gradcore.evaluation.matrix`) goes through here.
+        """
+        return self.labels if (known or self.loss != "cross_entropy") else None
+
     def attack(self, name: str, defense: str | None = None, defense_options: dict | None = None, known_labels: bool = True,
                seed: int = 0, progress: bool = False, local: dict | None = None, **config) -> attacks.AttackResult:
         """Share a (defended) gradient and run the attack ``name`` on it.
@@ -61,7 +70,7 @@ class Scenario:
         shared = client.share(self.model, self.inputs, self.labels, self.loss, defense, seed, local, **(defense_options or {}))
         if local is not None:
             config["local"] = local
-        labels = self.labels if (known_labels or self.loss != "cross_entropy") else None
+        labels = self.attacker_labels(known_labels)
         return attacks.attack(name, self.model, shared, shape=self.shape, batch_size=self.batch_size, labels=labels,
                               loss=self.loss, truth=self.inputs, seed=seed, progress=progress, **config)
 

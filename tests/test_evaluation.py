@@ -324,3 +324,17 @@ def test_clipping_keeps_the_direction_and_says_where_it_acts():
     bound = sorted(norms)[1]  # acts on the largest gradient only
     least, active = evaluation.clipped_direction(cases, bound)
     assert active == 1 and abs(least - 1) < 1e-12
+
+
+def test_the_matrix_and_a_scenario_give_an_attack_the_same_labels(digits):
+    """One label rule: hidden class labels are withheld, regression targets always given (Scenario.attacker_labels)."""
+    regression = experiments.scenario(digits, "linear_unit", 1, seed=0)
+    classification = experiments.scenario(digits, "mlp", 1, seed=0, widths=(8,))
+    assert torch.equal(regression.attacker_labels(known=False), regression.labels)
+    assert classification.attacker_labels(known=False) is None
+    assert torch.equal(classification.attacker_labels(), classification.labels)
+    spec = {"dlg": {"attack": "dlg", "labels": "hidden", "iterations": 2}}
+    grid = evaluation.matrix(spec, {"none": {"defense": None}}, {"regression": [regression]}, metrics=("mse",),
+                             progress=False)
+    direct = regression.attack("dlg", known_labels=False, iterations=2)
+    assert torch.equal(grid.cell("regression", "dlg", "none").reconstructions[0], direct.aligned(regression.inputs).clamp(0, 1))
