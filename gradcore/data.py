@@ -324,12 +324,24 @@ def cifar100(root: str | None = None, split: str = "test") -> Dataset:
     return _cifar(root, "cifar-100-python", [split], "fine_labels", "meta", "fine_label_names", "cifar100")
 
 
-@DATASETS.register("imagefolder")
-def imagefolder(root: str, size: int = 224, limit_per_class: int | None = None) -> Dataset:
-    """An ImageNet-style tree ``root/<class>/<image>``, centre-cropped and resized to ``size``."""
+def _rgb_image(path: Path, size: int | None = None) -> np.ndarray:
+    """One image file as RGB ``(3, H, W)`` in [0, 1]; with ``size``, its centre square resized to ``size`` x ``size``."""
     from skimage import io
     from skimage.transform import resize
 
+    image = io.imread(path)
+    image = image / np.iinfo(image.dtype).max if np.issubdtype(image.dtype, np.integer) else image
+    image = np.repeat(image[..., None], 3, axis=2) if image.ndim == 2 else image[..., :3]
+    if size is not None:
+        side = min(image.shape[:2])
+        top, left = (image.shape[0] - side) // 2, (image.shape[1] - side) // 2
+        image = resize(image[top : top + side, left : left + side], (size, size), anti_aliasing=True)
+    return image.transpose(2, 0, 1)
+
+
+@DATASETS.register("imagefolder")
+def imagefolder(root: str, size: int = 224, limit_per_class: int | None = None) -> Dataset:
+    """An ImageNet-style tree ``root/<class>/<image>``, centre-cropped and resized to ``size``."""
     base = Path(root).expanduser()
     if not base.is_dir():
         raise _missing("image folder", base, "point root at a folder of class sub-folders of images")
@@ -340,13 +352,7 @@ def imagefolder(root: str, size: int = 224, limit_per_class: int | None = None) 
     for label, name in enumerate(classes):
         files = sorted(p for p in (base / name).iterdir() if p.suffix.lower() in {".png", ".jpg", ".jpeg", ".bmp"})
         for path in files[:limit_per_class]:
-            image = io.imread(path)
-            image = image / np.iinfo(image.dtype).max if np.issubdtype(image.dtype, np.integer) else image
-            image = np.repeat(image[..., None], 3, axis=2) if image.ndim == 2 else image[..., :3]
-            side = min(image.shape[:2])
-            top, left = (image.shape[0] - side) // 2, (image.shape[1] - side) // 2
-            crop = resize(image[top : top + side, left : left + side], (size, size), anti_aliasing=True)
-            images.append(crop.transpose(2, 0, 1))
+            images.append(_rgb_image(path, size))
             labels.append(label)
     if not images:
         raise _missing("images", base, "the class sub-folders hold no .png, .jpg, .jpeg or .bmp files")
@@ -477,21 +483,10 @@ def fashion_mnist(split: str = "train", limit: int | None = None) -> Dataset:
 
 def _labelled_images(name: str, size: int | None) -> tuple[torch.Tensor, torch.Tensor]:
     """foolbox's sample images of one data set (``<set>_<index>_<label>.<ext>``), centre-cropped to ``size`` if given."""
-    from skimage import io
-    from skimage.transform import resize
-
-    images, labels = [], []
-    for path in source_files(name):
-        image = io.imread(path)
-        image = np.repeat(image[..., None], 3, axis=2) if image.ndim == 2 else image[..., :3]
-        image = image.astype(np.float64) / 255.0
-        if size is not None:
-            side = min(image.shape[:2])
-            top, left = (image.shape[0] - side) // 2, (image.shape[1] - side) // 2
-            image = resize(image[top: top + side, left: left + side], (size, size), anti_aliasing=True)
-        images.append(image.transpose(2, 0, 1))
-        labels.append(int(path.stem.rsplit("_", 1)[1]))
-    return torch.tensor(np.clip(np.stack(images), 0, 1), dtype=torch.float32), torch.tensor(labels, dtype=torch.int64)
+    files = source_files(name)
+    images = np.stack([_rgb_image(path, size) for path in files])
+    labels = [int(path.stem.rsplit("_", 1)[1]) for path in files]
+    return torch.tensor(np.clip(images, 0, 1), dtype=torch.float32), torch.tensor(labels, dtype=torch.int64)
 
 
 @DATASETS.register("cifar10_samples")

@@ -19,19 +19,19 @@ The README's "Adding an attack" says how to add one.
 
 from . import analytic, exclusivity, generative, inverting, matching, regularised
 from .base import (
-                   ATTACKS,
-                   INITIALISERS,
-                   OPTIMISERS,
-                   AttackResult,
-                   Observation,
-                   OptimiserSteps,
-                   Steps,
-                   attack,
-                   empty_history,
-                   first_linear,
-                   last_linear,
-                   optimise,
-                   recorder,
+    ATTACKS,
+    INITIALISERS,
+    OPTIMISERS,
+    AttackResult,
+    Observation,
+    OptimiserSteps,
+    Steps,
+    attack,
+    empty_history,
+    first_linear,
+    last_linear,
+    optimise,
+    recorder,
 )
 from .matching import dlg, euclidean_distance, idlg, infer_labels
 
