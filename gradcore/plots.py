@@ -174,6 +174,23 @@ def snapshot_grid(truth: torch.Tensor, result, title: str = "", size: float = 1.
     return reconstruction_grid(truth, rows, title, column_titles=column_titles, size=size)
 
 
+def snapshot_columns(cases, results, title: str = "", size: float = 1.3) -> Figure:
+    """Single-sample attacks side by side: each private image above its attack's snapshots.
+
+    ``cases`` are :class:`gradcore.scenarios.Scenario` objects of batch size one and
+    ``results`` their attacks' results, run with the same ``snapshots=...`` steps.
+    """
+    if len(cases) != len(results) or not results:
+        raise ValueError(f"need one result per case, got {len(cases)} cases and {len(results)} results")
+    steps = [step for step, _ in results[0].snapshots]
+    if any([step for step, _ in result.snapshots] != steps for result in results):
+        raise ValueError("every result must carry snapshots at the same steps")
+    truth = torch.cat([case.inputs for case in cases]).cpu()
+    rows = [(f"step {step}", torch.cat([result.snapshots[k][1] for result in results]).cpu())
+            for k, step in enumerate(steps)]
+    return reconstruction_grid(truth, rows, title, size=size)
+
+
 def share_bars(shares: Mapping[str, Sequence[float]], title: str = "", ylabel: str = "share of the recovered row") -> Figure:
     """Side-by-side bars of each sample's share in a batch mixture, one group per model."""
     figure = Figure(figsize=(5.5, 3.2), layout="constrained")

@@ -337,3 +337,18 @@ def test_a_missing_package_names_its_install_command(monkeypatch):
                         dataclasses.replace(data.SOURCES["fashion_mnist"], folder="/no/such/folder"))
     with pytest.raises(FileNotFoundError, match="apt-get install dataset-fashion-mnist"):
         data.load("fashion_mnist")
+
+
+def test_describe_lists_each_use_with_its_origin_and_resolution(digits, photos):
+    header, rows = data.describe({"linear unit": (digits, "cheap"), "LeNet": photos.subset([0, 1], "two")})
+    assert header[:5] == ["measured", "data set", "from", "images", "resolution"]
+    assert rows[0] == ["linear unit", "digits", data.ORIGINS["digits"], len(digits), "8x8 gray", "cheap"]
+    assert rows[1][1:] == ["photos (two)", data.ORIGINS["photos"], 2, f"{photos.shape[1]}x{photos.shape[2]} RGB", ""]
+    with pytest.raises(GradcoreValueError, match="non-empty dict"):
+        data.describe({})
+    with pytest.raises(gradcore.validation.GradcoreTypeError, match="'x'.*Dataset"):
+        data.describe({"x": torch.zeros(3)})
+
+
+def test_every_registered_dataset_has_an_origin():
+    assert set(data.DATASETS) <= set(data.ORIGINS)

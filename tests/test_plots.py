@@ -90,3 +90,22 @@ def test_sweep():
     single = plots.sweep([0.0, 0.1], {"mse": [0.1, 0.2]}, xlabel="sigma", ylabel="MSE", logy=True)
     assert single.axes[0].get_legend() is None and single.axes[0].get_yscale() == "log"
     render(single)
+
+
+def test_snapshot_columns_puts_each_single_sample_attack_in_its_column():
+    from types import SimpleNamespace
+
+    truths = [torch.full((1, 1, 8, 8), value) for value in (0.2, 0.8)]
+    cases = [SimpleNamespace(inputs=truth) for truth in truths]
+    results = [SimpleNamespace(snapshots=[(0, torch.zeros(1, 1, 8, 8)), (5, truth)]) for truth in truths]
+    figure = plots.snapshot_columns(cases, results)
+    assert len(figure.axes) == 3 * 2
+    assert [figure.axes[k].get_ylabel() for k in (0, 2, 4)] == ["private", "step 0", "step 5"]
+    # Column 2's last row is its own attack's final snapshot.
+    assert np.allclose(figure.axes[5].get_images()[0].get_array(), 0.8)
+    render(figure)
+    with pytest.raises(ValueError, match="one result per case"):
+        plots.snapshot_columns(cases, results[:1])
+    results[1].snapshots = [(0, truths[1])]
+    with pytest.raises(ValueError, match="same steps"):
+        plots.snapshot_columns(cases, results)
