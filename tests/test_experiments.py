@@ -245,3 +245,18 @@ def test_visible_artifacts_counts_batches_whose_artifact_moves_a_pixel():
     assert experiments.exclusivity.visible_artifacts(digits, network, 12, 2, np.random.default_rng(0), 1.01, 1e-8) == 0
     with pytest.raises(ValueError):
         experiments.exclusivity.visible_artifacts(digits, network, 12, 0, np.random.default_rng(0), 0.25, 1e-8)
+
+
+def test_attack_rows_pairs_each_networks_truth_with_its_own_reconstructions(digits):
+    from types import SimpleNamespace
+
+    build = lambda k: experiments.scenario(digits, "mlp", 1, seed=k)  # noqa: E731
+    runs = {("mlp", "Euclidean + L-BFGS"): [SimpleNamespace(reconstruction=torch.zeros(1, 1, 8, 8))] * 2,
+            ("mlp", "cosine + TV"): [SimpleNamespace(reconstruction=torch.ones(1, 1, 8, 8))] * 2,
+            ("other", "cosine + TV"): [SimpleNamespace(reconstruction=torch.full((1, 1, 8, 8), 0.5))] * 2}
+    truth, rows = experiments.attack_rows(build, runs, "mlp", 2)
+    assert torch.equal(truth, torch.cat([build(0).inputs, build(1).inputs]))
+    assert [label for label, _ in rows] == ["Euclidean", "cosine"]
+    assert rows[1][1].shape == (2, 1, 8, 8) and float(rows[1][1].min()) == 1.0
+    with pytest.raises(ValueError, match="no runs on 'missing'"):
+        experiments.attack_rows(build, runs, "missing", 2)

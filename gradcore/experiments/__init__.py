@@ -19,6 +19,7 @@
 from ..scenarios import Scenario, scenario, scenarios
 from . import exclusivity, generative, minimal, privacy, protection
 from .common import (
+                     attack_rows,
                      attack_single_images,
                      batch_slowdown,
                      binomial_spread,
@@ -33,6 +34,6 @@ from .common import (
                      steps_to_psnr,
 )
 
-__all__ = ["Scenario", "attack_single_images", "batch_slowdown", "binomial_spread", "exclusivity", "final_table",
+__all__ = ["Scenario", "attack_rows", "attack_single_images", "batch_slowdown", "binomial_spread", "exclusivity", "final_table",
            "first_below", "generative", "keep_snapshots", "label_accuracy", "linear_descent_draws", "median_steps", "label_outcomes", "mean_final", "minimal", "privacy", "protection", "scenario",
            "scenarios", "steps_to_psnr"]

@@ -198,3 +198,19 @@ def mean_final(runs: list, key: str = "psnr") -> float:
     """Mean over runs (results, or (scenario, result) pairs) of the final value of a history entry."""
     results = [run[1] if isinstance(run, tuple) else run for run in runs]
     return float(sum(result.final(key) for result in results) / len(results))
+
+
+def attack_rows(build: Callable[[int], Scenario], runs: dict, network: str, count: int) -> tuple[torch.Tensor, list]:
+    """The private images of one network's single-image scenarios and every attack's reconstructions of them.
+
+    ``build(k)`` makes the ``k``-th scenario; ``runs`` maps ``(network, attack)`` to the
+    attack's results on scenarios ``0 .. count - 1``. Returns the truth and one
+    ``(attack's first word, reconstructions)`` row per attack on ``network``, ready for
+    :func:`gradcore.plots.reconstruction_grid`.
+    """
+    truth = torch.cat([build(k).inputs for k in range(count)]).cpu()
+    rows = [(attack.split()[0], torch.cat([result.reconstruction for result in results]).cpu())
+            for (name, attack), results in runs.items() if name == network]
+    if not rows:
+        raise check.GradcoreValueError(f"no runs on {network!r}; networks run: {sorted({name for name, _ in runs})}")
+    return truth, rows
