@@ -11,7 +11,7 @@ The library behind the gradcore book. One module per concept:
 * :mod:`gradcore.privacy`: the (epsilon, delta) of clipped Gaussian noise (Opacus's accountants) and DP-SGD clients;
 * :mod:`gradcore.evaluation`: every attack against every defense, scored;
 * :mod:`gradcore.attacks`: every attack behind one contract, one module per family (matching, inverting,
-  analytic, exclusivity, regularised);
+  analytic, exclusivity, regularised, generative);
 * :mod:`gradcore.scenarios`: a client's situation (its private batch, the model it received), ready to attack;
 * :mod:`gradcore.experiments`: the chapters' experiments (scenarios re-exported);
 * :mod:`gradcore.linear`: the exact numpy analysis of the linear unit;

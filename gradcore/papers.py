@@ -202,7 +202,6 @@ DLG = PAPERS.add("dlg", Paper(
     reported={
         # Zhao, Mopuri, Bilen (iDLG, 2020), Table 1: label accuracy of DLG vs iDLG at batch size 1 on LeNet.
         "label_accuracy": {"MNIST": (89.9, 100.0), "CIFAR-100": (83.3, 100.0), "LFW": (79.1, 100.0)},
-        "lbfgs_iterations": 300,
         # Zhu et al. (2019): a batch takes about ten times the iterations of a single image.
         "batch_slowdown": 10.0,
     },
@@ -464,6 +463,7 @@ CENSOR = PAPERS.add("censor", Paper(
         "overhead_percent": {"censor": 0.00236, "soteria": 0.3092},
         # Fig. 11: meaningful reconstructions at T = 1 and 5, noise from T = 10 on.
         "meaningful_trials": (1, 5),
+        "noise_trials_from": 10,
     },
     # ResNet-18 at width 8 (its blocks, its 32x32 inputs): at the paper's width 64, Soteria alone costs 22 s per image
     # on one core (one backward pass per representation feature, 512 of them), CENSOR 5 s per gradient (11M weights).
@@ -552,7 +552,10 @@ MINIMAL = PAPERS.add("minimal_structure", Paper(
         "mlp_single": "exact",
         "hidden_units_for_batch": "n1 >= B",  # Prop. 2
         "kernels_needed": "h >= (d/d')^2 C",  # Sec. 2.3, after eq. (2)
-        "direct_output": "h >= (d/d')^2 C B, n0 >= n1(B-1)/(n1-B), 1 < B < n1",  # Sec. 2.3, conv layer feeding the output
+        # Sec. 1: the CNN's two steps (demixing, then deconvolution) under that condition: "full reconstruction".
+        "two_step": "full reconstruction",
+        # (Sec. 2.3's condition for a convolution feeding the output directly, h >= (d/d')^2 C B,
+        # n0 >= n1 (B - 1) / (n1 - B), 1 < B < n1, is computed by gradcore.minimal.conv_counting, not compared.)
     },
     smoke={"dlg": {"max_iter": 2}, "lbfgs": {"max_iter": 2}, "adam_iterations": 2, "lbfgs_iterations": 2, "dlg_iterations": 2, "deconvolution_iterations": 2,
            "race_repeats": 1, "saturation_draws": 2},
@@ -618,9 +621,8 @@ EXCLUSIVITY = PAPERS.add("neuron_exclusivity", Paper(
                   "reduction_draws": 64},
     },
     reported={
-        # Sec. 4: the insecure condition (ExANs at the last ReLU layer, at every other) and the source's example batch (Fig. 2).
-        "insecure_condition": (2, 1),
-        "example_batch": 2,
+        # (Sec. 4's insecure condition, >= 2 ExANs at the last ReLU layer and >= 1 at every other, is the definition
+        # gradcore.exclusivity.state implements, not a number to compare.)
         # Sec. 6, Fig. 5 left: largest one-pixel perturbation at first width 10, on [-1, 1] pixels (0.5 = 25% of the range).
         "largest_perturbation_width10": 0.5,
         "pixel_range": 2.0,

@@ -99,3 +99,18 @@ def test_the_graph_sees_the_layers():
     assert "gradcore.gradients" in edges["gradcore.client"] and "gradcore.defenses" in edges["gradcore.client"]
     assert "gradcore.evaluation" in edges["gradcore.experiments.privacy"]
     assert "gradcore.experiments" not in edges["gradcore.evaluation"]
+
+
+def test_the_readme_and_the_package_docstring_name_every_attack_family():
+    """Each module of gradcore/attacks/ but the contract is a family the newcomer is told about."""
+    import re
+
+    families = {path.stem for path in (PACKAGE / "attacks").glob("*.py")} - {"__init__", "base"}
+    readme = (PACKAGE.parent / "README.md").read_text()
+    docstring = (PACKAGE / "__init__.py").read_text()
+    listed_readme = set(re.findall(r"`([a-z_]+)`", readme[readme.index("one module per family"):][:200]))
+    recipe = readme[readme.index("## Adding an attack"):][:300]
+    assert families <= listed_readme, f"README's layout table omits {sorted(families - listed_readme)}"
+    assert families <= set(re.findall(r"`([a-z_]+)`", recipe)), "README's attack recipe omits a family"
+    listed_doc = docstring[docstring.index("one module per family"):][:200]
+    assert all(family in listed_doc for family in families), "gradcore/__init__.py's docstring omits a family"

@@ -119,3 +119,31 @@ def test_the_chapter_scan_sees_every_chapter_with_settings():
     from gradcore import pipeline
 
     assert set(chapter_settings()) == {f"{name}.md" for name in pipeline.chapters(BOOK.parent)}
+
+
+def chapter_reported() -> dict:
+    """``{chapter: (paper, keys it reads as reported["KEY"])}`` for every chapter that reads a paper's reported values."""
+    found = {}
+    for path in sorted(BOOK.glob("*.md")):
+        text = path.read_text()
+        used = set(re.findall(r"reported = papers\.([A-Z_]+)\.reported", text))
+        if used:
+            assert len(used) == 1, f"{path.name} reads the reported values of several papers: {used}"
+            found[path.name] = (getattr(papers, used.pop()), set(re.findall(r"""reported\[["']([a-z_0-9A-Z]+)["']\]""", text)))
+    return found
+
+
+def test_every_reported_value_a_chapter_reads_is_defined():
+    for chapter, (paper, read) in chapter_reported().items():
+        assert read - set(paper.reported) == set(), f"{chapter} reads reported values {paper.key} does not define"
+
+
+def test_every_reported_value_is_read():
+    """A paper's number that no chapter compares against is either a typo or a value typed into a chapter instead."""
+    texts = [path.read_text() for path in [*BOOK.glob("*.md"), *(BOOK.parent / "gradcore").rglob("*.py")]
+             if path.name != "papers.py"]
+    for name in papers.PAPERS.names():
+        paper = papers.PAPERS[name]
+        unread = {key for key in paper.reported
+                  if not any(re.search(rf"""reported\w*\[["']{key}["']\]""", text) for text in texts)}
+        assert unread == set(), f"{name} reports values no chapter reads: {sorted(unread)}"
