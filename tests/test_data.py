@@ -352,3 +352,16 @@ def test_describe_lists_each_use_with_its_origin_and_resolution(digits, photos):
 
 def test_every_registered_dataset_has_an_origin():
     assert set(data.DATASETS) <= set(data.ORIGINS)
+
+
+def test_cifar_samples_resize_to_a_requested_size_and_keep_their_labels():
+    """Resized with anti-aliasing, as scikit-image resizes them: each 16x16 image is its 32x32 original's resize."""
+    from skimage.transform import resize
+
+    native, small = data.load("cifar10_samples"), data.load("cifar10_samples", size=16)
+    assert small.shape == (3, 16, 16) and torch.equal(small.labels, native.labels)
+    expected = resize(native.images[0].numpy().transpose(1, 2, 0), (16, 16), anti_aliasing=True).transpose(2, 0, 1)
+    assert np.abs(small.images[0].numpy() - expected).max() < 1.5 / 255  # the PNG's 8 bits, then float32
+    assert data.load("cifar100_samples", size=8).shape == (3, 8, 8)
+    with pytest.raises(GradcoreValueError, match="size"):
+        data.load("cifar10_samples", size=0)
