@@ -260,3 +260,49 @@ def test_attack_rows_pairs_each_networks_truth_with_its_own_reconstructions(digi
     assert rows[1][1].shape == (2, 1, 8, 8) and float(rows[1][1].min()) == 1.0
     with pytest.raises(ValueError, match="no runs on 'missing'"):
         experiments.attack_rows(build, runs, "missing", 2)
+
+
+class _Grid:
+    """A stand-in for an Evaluation: MSE and LPIPS per (attack, defense), one data set."""
+
+    def __init__(self, mse: dict, lpips: dict | None = None):
+        self.mse, self.lpips = mse, lpips or {}
+
+    def value(self, scenario, attack, defense, metric):
+        return (self.mse if metric == "mse" else self.lpips)[attack, defense]
+
+    def case_mse(self, scenario, attack, defense):
+        return np.asarray(self.mse[attack, defense])
+
+
+def _evidence(undefended_mse: float, soteria_mse: float = 0.2, censor_mse: float = 0.5):
+    from gradcore.experiments import generative
+
+    mse = {("GGL", "none"): undefended_mse, ("GGL (untrained prior)", "none"): 0.4, ("GGL", "soteria 10%"): soteria_mse,
+           ("GGL", "censor T=20"): censor_mse, ("GGL", "noise 0.1"): 0.3}
+    lpips = {("GGL", "soteria 10%"): 0.5, ("GGL", "censor T=20"): 0.7}
+    return generative.GanEvidence(_Grid(mse, lpips), {"digits": np.array([0.1, 0.1])}, _Grid({}), {})
+
+
+def test_gan_claims_give_a_defense_credit_only_after_the_undefended_attack_recovers():
+    from gradcore import claims
+    from gradcore.experiments import generative
+
+    strong, weak = _evidence(0.01), _evidence(0.09)  # 10 dB and 0.46 dB over the class mean of 0.1
+    for evidence, recovers in ((strong, True), (weak, False)):
+        table = claims.Claims("t")
+        recovered = generative.claim_recovery(table, evidence, "digits", "GGL", 1.0, 0.5, {"recovery": {}, "control": {}})
+        assert recovered is recovers
+        generative.claim_defenses(table, evidence, "digits", "GGL", recovered, 1.0, ["noise 0.1"], ("mse", "lpips_vgg"), 1.0)
+        verdicts = [row.holds for row in table.rows]
+        # recovery, its control (trained 0.01 or 0.09 below untrained 0.4), then four defense rows
+        assert verdicts[:2] == [recovers, True] and len(verdicts) == 6
+        if recovers:
+            assert verdicts[2:] == [True, True, True, True]  # Soteria < CENSOR twice, CENSOR at 5x the floor, ahead
+        else:
+            assert verdicts[2:] == [None] * 4  # not reproduced: attack too weak
+            assert all("not reproduced (above)" in row.test for row in table.rows[2:])
+    table = claims.Claims("t")
+    generative.claim_defenses(table, _evidence(0.01, soteria_mse=0.6), "digits", "GGL", True, 1.0, ["noise 0.1"],
+                              ("mse", "lpips_vgg"), 1.0)
+    assert [row.holds for row in table.rows][0] is False  # Soteria ahead of CENSOR fails the ordering
