@@ -70,16 +70,21 @@ def test_local_step_labels_are_consistent(profile):
 
 
 
-def chapter_settings() -> dict:
-    """``{chapter: (paper, names the chapter reads as settings.NAME)}`` for every chapter with settings."""
+def chapter_reads(paper_pattern: str, key_pattern: str, what: str) -> dict:
+    """``{chapter: (paper, keys it reads)}`` for every chapter naming one paper by ``paper_pattern``."""
     found = {}
     for path in sorted(BOOK.glob("*.md")):
         text = path.read_text()
-        used = set(re.findall(r"papers\.([A-Z_]+)\.settings\(", text))
+        used = set(re.findall(paper_pattern, text))
         if used:
-            assert len(used) == 1, f"{path.name} reads the settings of several papers: {used}"
-            found[path.name] = (getattr(papers, used.pop()), set(re.findall(r"\bsettings\.([a-z_0-9]+)", text)))
+            assert len(used) == 1, f"{path.name} reads the {what} of several papers: {used}"
+            found[path.name] = (getattr(papers, used.pop()), set(re.findall(key_pattern, text)))
     return found
+
+
+def chapter_settings() -> dict:
+    """``{chapter: (paper, names the chapter reads as settings.NAME)}`` for every chapter with settings."""
+    return chapter_reads(r"papers\.([A-Z_]+)\.settings\(", r"\bsettings\.([a-z_0-9]+)", "settings")
 
 
 def library_settings() -> dict:
@@ -123,14 +128,8 @@ def test_the_chapter_scan_sees_every_chapter_with_settings():
 
 def chapter_reported() -> dict:
     """``{chapter: (paper, keys it reads as reported["KEY"])}`` for every chapter that reads a paper's reported values."""
-    found = {}
-    for path in sorted(BOOK.glob("*.md")):
-        text = path.read_text()
-        used = set(re.findall(r"reported = papers\.([A-Z_]+)\.reported", text))
-        if used:
-            assert len(used) == 1, f"{path.name} reads the reported values of several papers: {used}"
-            found[path.name] = (getattr(papers, used.pop()), set(re.findall(r"""reported\[["']([a-z_0-9A-Z]+)["']\]""", text)))
-    return found
+    return chapter_reads(r"reported = papers\.([A-Z_]+)\.reported", r"""reported\[["']([a-z_0-9A-Z]+)["']\]""",
+                         "reported values")
 
 
 def test_every_reported_value_a_chapter_reads_is_defined():
