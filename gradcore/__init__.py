@@ -12,6 +12,7 @@ The library behind the gradcore book. One module per concept:
 * :mod:`gradcore.evaluation`: every attack against every defense, scored;
 * :mod:`gradcore.attacks`: every attack behind one contract, one module per family (matching, inverting,
   analytic, exclusivity, regularised, generative);
+* :mod:`gradcore.flower`: a real Flower deployment on loopback, with a curious server that keeps every client's update;
 * :mod:`gradcore.scenarios`: a client's situation (its private batch, the model it received), ready to attack;
 * :mod:`gradcore.experiments`: the chapters' experiments (scenarios re-exported);
 * :mod:`gradcore.linear`: the exact numpy analysis of the linear unit;
@@ -38,7 +39,7 @@ __version__ = "0.1.0"
 #: Submodules, imported on first use (``gradcore.data``, ``from gradcore import data``): the command
 #: line (``gradcore run``, ``gradcore test``) and the output check start without importing torch.
 SUBMODULES = ("attacks", "blas", "claims", "client", "data", "defenses", "dense", "errors", "evaluation", "exclusivity",
-              "experiments", "federated", "generative", "gradients", "jobs", "linear", "metrics", "minimal", "models",
+              "experiments", "federated", "flower", "generative", "gradients", "jobs", "linear", "metrics", "minimal", "models",
               "papers", "plots", "privacy", "registry", "scenarios", "training", "validation", "walkback")
 #: Names the package exports from its submodules, imported with them on first use.
 EXPORTS = {

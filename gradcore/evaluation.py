@@ -106,7 +106,9 @@ class Evaluation:
         ``{metric: reason}`` for metrics that could not be measured here.
     reference : dict
         ``{scenario: {metric: score}}`` of an attacker who learned nothing and guesses
-        uniform gray: the level at which a defense has won.
+        uniform gray: the level at which a defense has won. (An experiment whose data make a
+        better uninformed guess sets that guess's scores here instead, and says so; e.g.
+        :func:`gradcore.experiments.curious_server.attack_deployment`, the mean public digit.)
     """
 
     scenarios: list

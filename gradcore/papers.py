@@ -734,6 +734,17 @@ WHAT_PROTECTS = PAPERS.add("what_protects", Paper(
                        "regularised"),
         # Public samples the clipping bound is measured on (the median per-sample norm, Abadi et al., Sec. 3.1).
         "dp_bound_samples": 64,
+        # The Flower deployment of what-protects-flower (gradcore.flower, Flower 1.42): FedAvg on the wide MLP over
+        # MNIST digits at 28x28, one client per SuperNode holding one digit, one round per defense of the CENSOR
+        # chapter, every client sharing one SGD step of step size lr; then one round of DP-SGD clients (Opacus:
+        # per-sample clipping to the clip defense's bound, noise multiplier 1). Rounds take about 10 s each on 2
+        # cores, most of it Flower's SuperNodes polling (every 3 s) and starting a client process per round.
+        "flower": {"model": "mlp(widths=(512, 512))", "dataset": "mnist", "images_per_client": 1, "lr": 0.1,
+                   "defenses": ("none", "noise 0.1", "noise 0.01", "clip 4", "top-k 20%", "soteria 10%", "censor T=20"),
+                   "dp_sgd": {"noise_multiplier": 1.0, "max_grad_norm": 4.0, "batch_size": 1}, "clients": 2,
+                   # The server reads a gradient back as (sent - returned) / lr in float32: the weights' rounding
+                   # (about 6e-8 of their size) divided by lr, against the gradient's largest entry.
+                   "roundoff": 1e-5, "timeout": 900.0},
     },
     profiles={
         "ci": {"threads": 1, "images": 2, "lbfgs_steps": 8, "cosine_iterations": 300, "regularised_iterations": 300,
@@ -765,5 +776,6 @@ WHAT_PROTECTS = PAPERS.add("what_protects", Paper(
     smoke={"lbfgs": {"max_iter": 2}, "images": 1, "lbfgs_steps": 2, "cosine_iterations": 2, "regularised_iterations": 2, "eot_iterations": 2,
            "eot_samples": 2, "hybrid_iterations": 2, "rounds": 4, "censor_rounds": 1, "attack_rounds": (0, 1, 2, 3),
            "round_images": 1, "federated": {"evaluate_every": 1},
-           "dp_multipliers": (0.0, 1.0), "dp_averaged": (1.0,), "gan_budgets": GAN_BUDGETS["smoke"]},
+           "dp_multipliers": (0.0, 1.0), "dp_averaged": (1.0,), "gan_budgets": GAN_BUDGETS["smoke"],
+           "flower": {"defenses": ("none",), "dp_sgd": None}},
 ))

@@ -91,6 +91,30 @@ def reconstruction_grid(truth: torch.Tensor, rows: Mapping[str, torch.Tensor] | 
     return figure
 
 
+def image_table(rows: Mapping[str, Sequence[torch.Tensor]], column_titles: Sequence[str], title: str = "",
+                size: float = 1.1) -> Figure:
+    """Images in a table: one row per label, one column per title (e.g. a client's digit under each defense).
+
+    Each row holds one ``(C, H, W)`` image per column; a shorter row leaves its last cells empty.
+    """
+    figure = Figure(figsize=(size * len(column_titles) + 1.6, size * len(rows) + (0.5 if title else 0.2)),
+                    layout="constrained")
+    axes = figure.subplots(len(rows), len(column_titles), squeeze=False)
+    for r, (label, images) in enumerate(rows.items()):
+        for c in range(len(column_titles)):
+            if c >= len(images):
+                axes[r, c].axis("off")
+                continue
+            _show(axes[r, c], images[c])
+            if c == 0:
+                axes[r, c].set_ylabel(label, fontsize=8)
+            if r == 0:
+                axes[r, c].set_title(column_titles[c], fontsize=8)
+    if title:
+        figure.suptitle(title, fontsize=11)
+    return figure
+
+
 def convergence(histories: Mapping[str, Mapping[str, Sequence[float]]], key: str = "mse", title: str = "",
                 log: bool = True, xlabel: str = "iteration", ax_size: tuple[float, float] = (5.5, 3.4)) -> Figure:
     """Curves of one history entry (``mse``, ``psnr``, ``objective``) against iteration, one per run."""

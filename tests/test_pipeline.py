@@ -317,7 +317,7 @@ def test_sanitize_file_is_read_whole():
 
     text = (REPO / "tests" / "nbval_sanitize.cfg").read_text()
     pairs = get_sanitize_patterns(text)
-    assert len(pairs) == len(re.findall(r"^regex: ", text, re.M)) == 6
+    assert len(pairs) == len(re.findall(r"^regex: ", text, re.M)) == 7
     sanitize = dict(pairs)
 
     def apply(s):
@@ -328,6 +328,7 @@ def test_sanitize_file_is_read_whole():
     assert apply("100%|##| 20/20 [00:01<00:00, 35.21it/s]") == apply("100%|##| 20/20 [00:03<00:00, 7.10it/s]")
     assert apply("x [1:02:03<?, ?it/s, loss=0.1]") == "x [TQDM-TIME, loss=0.1]"
     assert apply("wall 12.05 s\n") == apply("wall 3.10 s\n") != apply("wall 3.10 ms\n")
+    assert apply("peak memory 3.8 GiB") == apply("peak memory 12 GiB") != apply("peak memory 3.8 MiB")
     assert apply("<a.B object at 0x7f3a2c1d0e50>") == "<a.B object at 0xADDRESS>"
     assert apply("loss 0.123456\n") == "loss 0.123456\n"
     # The case CI met: the same finished bar, one cell wider because the rate was printed shorter.

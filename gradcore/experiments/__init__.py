@@ -13,11 +13,13 @@
 * :mod:`gradcore.experiments.privacy`: what epsilon protects (attacks and DP-SGD at a sweep of noise
   multipliers);
 * :mod:`gradcore.experiments.protection`: what protects a deployment (the settings, attacks and
-  deployments both what-protects pages build).
+  deployments both what-protects pages build);
+* :mod:`gradcore.experiments.curious_server`: the book's attacks on a real Flower deployment's
+  captured updates, beside gradcore's own gradients of the same clients.
 """
 
 from ..scenarios import Scenario, scenario, scenarios
-from . import exclusivity, generative, minimal, privacy, protection
+from . import curious_server, exclusivity, generative, minimal, privacy, protection
 from .common import (
                      attack_rows,
                      attack_single_images,
@@ -34,6 +36,6 @@ from .common import (
                      steps_to_psnr,
 )
 
-__all__ = ["Scenario", "attack_rows", "attack_single_images", "batch_slowdown", "binomial_spread", "exclusivity", "final_table",
+__all__ = ["Scenario", "attack_rows", "attack_single_images", "batch_slowdown", "binomial_spread", "curious_server", "exclusivity", "final_table",
            "first_below", "generative", "keep_snapshots", "label_accuracy", "linear_descent_draws", "median_steps", "label_outcomes", "mean_final", "minimal", "privacy", "protection", "scenario",
            "scenarios", "steps_to_psnr"]
