@@ -72,8 +72,12 @@ book: $(VENV)/.installed-book
 
 # One pool of single-threaded jobs, as many at once as there are cores: unit tests, smoke runs of the
 # paper profiles, nbval of every notebook, the strict book build, then the browser check (gradcore/jobs.py).
+# Then: no process of a Flower deployment (what-protects-flower, tests/test_flower.py) outlived it.
+FLOWER_PROCESSES := [f]lower-super(link|node|exec)|[f]lwr run
 test: $(VENV)/.installed-test chromium datasets
 	$(BIN)/gradcore test
+	@if pgrep -af "$(FLOWER_PROCESSES)"; then echo "FAILED: Flower processes left running (above)"; exit 1; \
+	else echo "no Flower process left running"; fi
 
 clean:
 	rm -rf _build .pytest_cache .hypothesis
