@@ -777,5 +777,5 @@ WHAT_PROTECTS = PAPERS.add("what_protects", Paper(
            "eot_samples": 2, "hybrid_iterations": 2, "rounds": 4, "censor_rounds": 1, "attack_rounds": (0, 1, 2, 3),
            "round_images": 1, "federated": {"evaluate_every": 1},
            "dp_multipliers": (0.0, 1.0), "dp_averaged": (1.0,), "gan_budgets": GAN_BUDGETS["smoke"],
-           "flower": {"defenses": ("none",), "dp_sgd": None}},
+           "flower": {"defenses": ("none", "censor T=20")}},
 ))

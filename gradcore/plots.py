@@ -106,8 +106,8 @@ def image_table(rows: Mapping[str, Sequence[torch.Tensor]], column_titles: Seque
                 axes[r, c].axis("off")
                 continue
             _show(axes[r, c], images[c])
-            if c == 0:
-                axes[r, c].set_ylabel(label, fontsize=8)
+            if c == 0:  # horizontal, beside the row: a long label never runs into its neighbours
+                axes[r, c].set_ylabel(label, fontsize=8, rotation=0, ha="right", va="center")
             if r == 0:
                 axes[r, c].set_title(column_titles[c], fontsize=8)
     if title:

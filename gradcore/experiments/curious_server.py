@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .. import data, evaluation, flower
+from .. import claims, data, evaluation, flower
 from .. import metrics as quality
 from ..attacks import attack
 from ..errors import AttackRefused
@@ -183,6 +183,43 @@ def reconstruction_rows(grid: evaluation.Evaluation, scenario: str = CAPTURED) -
     rows = {}
     for client, truth in enumerate(grid.truths[scenario]):
         for attack_label in grid.attacks:
-            rows[f"client {client}, {attack_label}"] = [truth[0]] + [grid.cell(scenario, attack_label, d).reconstructions[client][0]
+            rows[f"client {client}\n{attack_label}"] = [truth[0]] + [grid.cell(scenario, attack_label, d).reconstructions[client][0]
                                                                      for d in grid.defenses]
     return rows
+
+
+def claims_table(grid: evaluation.Evaluation, gaps: Mapping[str, float], launch, settings) -> claims.Claims:
+    """The page's claims: Flower's capture is gradcore's gradient, the control, the defenses, the deployment.
+
+    Each row can fail: a client that sent something else than gradcore computes (a different
+    model, batch, seed or dtype) moves the first two; an attack that no longer recovers the
+    undefended digits fails the controls, without which no defense below gets credit; a
+    connection off loopback or a process left running fails the last two.
+    """
+    rows = verdict_rows(grid, settings)
+    same = sum(row[4] == row[5] for row in rows)
+    table = claims.Claims("A curious server on Flower")
+    table.at_most("the gradient read off Flower's update is gradcore's own gradient of the same batch, to float32 "
+                  "round-off (largest relative difference)", "not claimed", max(gaps.values()),
+                  settings.flower["roundoff"])
+    table.at_most("the closed form on the captured update gives gradcore's reconstruction (largest MSE difference, "
+                  "in units of the mean digit's MSE)", "not claimed", largest_difference(grid, "closed form"),
+                  settings.flower["roundoff"])
+    table.add(f"every attack gets the same verdict on Flower and in-process ({same} of {len(rows)} rounds and "
+              "attacks)", "not claimed", same, same == len(rows))
+    for attack_label, recovered in (("closed form", ("exact",)), ("cosine + TV", ("exact", "leaks"))):
+        found = verdict(grid, CAPTURED, attack_label, "none", settings)
+        table.add(f"undefended, {attack_label} recovers the clients' digits from Flower's update (verdict on their "
+                  "mean MSE)", "Zhu et al. 2019; Geiping et al. 2020", found, found in recovered)
+    controls = all(row.holds for row in table.rows[-2:])
+    for defense, source in (("censor T=20", "CENSOR Sec. V"), ("DP-SGD (Opacus)", "not claimed")):
+        least = min(grid.to_gray(CAPTURED, a, defense) for a in grid.attacks)
+        claim = f"{defense} stops both attacks on Flower's updates (least MSE over the mean digit's)"
+        if controls:
+            table.at_least(claim, source, least, settings.stopped_level)
+        else:
+            table.not_reproduced(claim, source, least, "the undefended attacks did not recover the digits")
+    table.at_most("no socket of the deployment had an address beyond loopback (count)", "not claimed",
+                  len(launch.foreign_addresses), 0)
+    table.at_most("no process of the deployment outlived it (count)", "not claimed", len(launch.left_running), 0)
+    return table.check()
