@@ -16,6 +16,7 @@ Pixels are float32 in [0, 1], shaped ``(N, C, H, W)``. Nothing here downloads.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import os
 import pickle
@@ -184,6 +185,28 @@ def load(name: str, **options) -> Dataset:
     loader = DATASETS[name]
     check.options(f"dataset {name!r}", loader, options)
     return loader(**options)
+
+
+def _fingerprints(images: torch.Tensor) -> list[bytes]:
+    flat = images.detach().cpu().to(torch.float32).reshape(len(images), -1).contiguous().numpy()
+    return [hashlib.sha256(row.tobytes()).digest() for row in flat]
+
+
+def check_disjoint(public: Dataset | torch.Tensor, private: torch.Tensor, what: str = "the attacker's public data") -> None:
+    """Refuse public data that holds any of the private images, pixel for pixel (CENSOR, Sec. III: priors from
+    public data only).
+
+    An attacker's prior (a trained generator, a mean image) built on the very images it
+    attacks would credit the attack with what the prior memorised. Called wherever the book
+    gives an attacker public data; raises :class:`GradcoreValueError` naming how many private
+    images the public data holds.
+    """
+    public_images = public.images if isinstance(public, Dataset) else public
+    held = set(_fingerprints(public_images))
+    shared = sum(print_ in held for print_ in _fingerprints(private))
+    if shared:
+        raise check.GradcoreValueError(f"{what} holds {shared} of the {len(private)} private images it is used against: "
+                                       "remove them first (Dataset.without)")
 
 
 def split(dataset: Dataset, test_fraction: float = 0.25, seed: int = 0) -> tuple[Dataset, Dataset]:

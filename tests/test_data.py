@@ -365,3 +365,14 @@ def test_cifar_samples_resize_to_a_requested_size_and_keep_their_labels():
     assert data.load("cifar100_samples", size=8).shape == (3, 8, 8)
     with pytest.raises(GradcoreValueError, match="size"):
         data.load("cifar10_samples", size=0)
+
+
+def test_check_disjoint_names_how_many_private_images_the_public_data_holds():
+    digits = data.load("digits")
+    private = digits.images[:5]
+    data.check_disjoint(digits.without(private), private)  # disjoint: silent
+    with pytest.raises(GradcoreValueError, match="holds 2 of the 5 private images"):
+        data.check_disjoint(digits.images[3:100], private, "the prior's data")
+    # Pixel for pixel, whatever the dtype: a float64 copy of a private image is the same image.
+    with pytest.raises(GradcoreValueError, match="holds 1 of the 1"):
+        data.check_disjoint(digits, digits.images[7:8].double())

@@ -185,21 +185,26 @@ def test_public_data_floors_and_the_raw_baseline_comparison(digits):
     from gradcore.experiments import generative as gan
 
     cases = experiments.scenarios(digits, "lenet", 1, 2, seed=0)
-    mean = digits.images.mean(dim=0, keepdim=True)
+    # The attacker's public data never holds the attacked images: with them, both floors refuse.
+    for floor in (gan.public_mean_mse, gan.class_mean_mse):
+        with pytest.raises(ValueError, match="holds 2 of the 2 private images"):
+            floor(digits, cases)
+    public = digits.without(torch.cat([c.inputs for c in cases]))
+    mean = public.images.mean(dim=0, keepdim=True)
     expected = float(torch.cat([(c.inputs - mean).pow(2).flatten(1).mean(1) for c in cases]).mean())
-    assert gan.public_mean_mse(digits, cases) == pytest.approx(expected, rel=1e-6)
-    threes = digits.subset((digits.labels == 3).nonzero().flatten().numpy())
+    assert gan.public_mean_mse(public, cases) == pytest.approx(expected, rel=1e-6)
+    threes = public.subset((public.labels == 3).nonzero().flatten().numpy())
     mean3 = threes.images.mean(dim=0, keepdim=True)
     expected3 = float(torch.cat([(c.inputs - mean3).pow(2).flatten(1).mean(1) for c in cases]).mean())
-    assert gan.public_mean_mse(digits, cases, classes=["3"]) == pytest.approx(expected3, rel=1e-6)
+    assert gan.public_mean_mse(public, cases, classes=["3"]) == pytest.approx(expected3, rel=1e-6)
     # The class-conditional floor: each image against its own class's mean, never above the pooled mean's MSE.
-    by_class = gan.class_mean_mse(digits, cases)
+    by_class = gan.class_mean_mse(public, cases)
     for case, value in zip(cases, by_class):
-        own = digits.images[digits.labels == case.labels[0]].mean(dim=0)
+        own = public.images[public.labels == case.labels[0]].mean(dim=0)
         assert value == pytest.approx(float((case.inputs[0] - own).pow(2).mean()), rel=1e-6)
     assert by_class.mean() < expected
     with pytest.raises(ValueError, match="no public image"):
-        gan.class_mean_mse(digits.of_classes(["3"]), [c for c in cases if int(c.labels[0]) != 3])
+        gan.class_mean_mse(public.of_classes(["3"]), [c for c in cases if int(c.labels[0]) != 3])
     assert gan.gain_over(np.array([0.1]), np.array([0.01]))[0] == pytest.approx(10.0)
 
     grid = evaluation.Evaluation(["s"], ["a"], ["x", "y", "d"], ["mse"])

@@ -88,6 +88,7 @@ def public_mean(setup: Mapping, dataset) -> torch.Tensor:
     """
     held = torch.zeros(len(dataset), dtype=torch.bool)
     held[[index for part in setup["partitions"] for index in part]] = True
+    data.check_disjoint(dataset.images[~held], dataset.images[held], "the digits of the mean image")
     return dataset.images[~held].mean(dim=0, keepdim=True)
 
 

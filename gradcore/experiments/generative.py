@@ -45,6 +45,7 @@ def train_prior(dataset: data.Dataset, held_out_per_class: int, steps: int, trai
     public, private = dataset.split(held_out_per_class, seed=seed)
     if private_classes is not None:
         private = private.of_classes(private_classes, "private")
+    data.check_disjoint(public, private.images, f"the {dataset.name} generator's training data")
     start = time.perf_counter()
     generator, log = generative.train_gan(public, steps=steps, seed=seed, progress=progress, device=device, **training)
     return Prior(dataset.name, public, private, generator, log, time.perf_counter() - start)
@@ -143,6 +144,7 @@ def public_mean_mse(public: data.Dataset, cases: Sequence, classes: Sequence[str
     """
     if classes is not None:
         public = public.of_classes(classes)
+    data.check_disjoint(public, torch.cat([case.inputs.cpu() for case in cases]), "the public data of the mean image")
     mean = public.images.mean(dim=0, keepdim=True)
     return float(torch.cat([(case.inputs.cpu() - mean).pow(2).flatten(1).mean(1) for case in cases]).mean())
 
@@ -161,6 +163,7 @@ def class_mean_mse(public: data.Dataset, cases: Sequence) -> np.ndarray:
     GradcoreValueError
         A private image whose class has no public image.
     """
+    data.check_disjoint(public, torch.cat([case.inputs.cpu() for case in cases]), "the public data of the class means")
     means: dict[int, torch.Tensor] = {}
     per_case = []
     for case in cases:

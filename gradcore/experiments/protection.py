@@ -85,6 +85,7 @@ def attack_specs(settings, digits: data.Dataset, cases: Mapping[str, Sequence], 
     }
     attacked = torch.cat([case.inputs for label in settings.gan_scenarios for case in cases[label]]).cpu()
     public = digits.without(attacked)
+    data.check_disjoint(public, attacked, "the GAN-prior attacks' public digits")
     prior, _ = generative.train_gan(public, steps=settings.gan_budgets["steps"]["digits"], seed=seed, device=device,
                                     **settings.gan_training)
     specs.update(generative_experiments.gan_attacks(settings.gan_attacks, settings.gan_budgets, prior,
