@@ -149,7 +149,8 @@ def chapter_jobs(root: Path, names, params: dict | None = None, out_dir: Path | 
             command += ["--output", str(out_dir / f"{name}.ipynb")]
         if times_dir is not None:
             command += ["--cell-times", str(times_dir / f"{name}.json")]
-        result.append(jobs.Job(f"{label} {name}", command, estimates.get(name, 60.0), environment=dict(environment or {})))
+        result.append(jobs.Job(f"{label} {name}", command, estimates.get(name, 60.0), environment=dict(environment or {}),
+                               cores=pipeline.chapter_cores(root, name)))
     return result
 
 
@@ -167,7 +168,8 @@ def smoke_jobs(root: Path, data: Path, names=None, fixtures: bool = True) -> lis
         # The paper profile takes every core; smoke runs measure nothing, so they take one like every job.
         result.append(jobs.Job(f"smoke {name}", _gradcore("run", name, "--profile", "paper", "--smoke"),
                                estimates.get(name, 20.0), after,
-                               {"GRADCORE_DATA": str(data), "GRADCORE_THREADS": "1"}))
+                               {"GRADCORE_DATA": str(data), "GRADCORE_THREADS": "1"},
+                               cores=pipeline.chapter_cores(root, name)))
     return result
 
 
@@ -186,7 +188,7 @@ def check_jobs(root: Path, exact: bool = False) -> list:
         if not exact:
             command += ["-p", "gradcore.nbval_tolerance"]
         result.append(jobs.Job(f"nbval {notebook.stem}", command, estimates.get(notebook.stem, 60.0), environment=kernel,
-                               quiet=True))
+                               quiet=True, cores=pipeline.chapter_cores(root, notebook.stem)))
     result.append(jobs.Job("jupyter-book build -W", _gradcore("build", "--no-execute"), 60.0, quiet=True))
     result.append(jobs.Job("browser check", _gradcore("browser"), 20.0, ("jupyter-book build -W",)))
     return result

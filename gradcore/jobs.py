@@ -58,6 +58,10 @@ class Job:
         Variables added to the process's environment (over :data:`SINGLE_THREAD`); ``None`` removes one.
     quiet : bool
         Print only the last lines of the log on success (the whole log on failure).
+    cores : float
+        The share of a core the job keeps busy (1 for a torch job; less for one that mostly
+        waits, e.g. on a Flower deployment's polling): jobs start while the running ones keep
+        fewer than ``workers`` cores busy.
     """
 
     name: str
@@ -66,6 +70,11 @@ class Job:
     after: tuple = ()
     environment: dict = field(default_factory=dict)
     quiet: bool = False
+    cores: float = 1.0
+
+    def __post_init__(self):
+        if not 0 < self.cores <= 1:
+            raise ValueError(f"job {self.name!r}: cores must lie in (0, 1], got {self.cores!r}")
 
 
 @dataclass
@@ -96,7 +105,7 @@ def _wait_any(running: dict) -> tuple:
 
 def run(jobs: list[Job], workers: int | None = None, cwd: Path | None = None, log_dir: Path | None = None,
         echo=print) -> list[Outcome]:
-    """Run ``jobs``, at most ``workers`` at once; return their outcomes in the order they ended.
+    """Run ``jobs``, keeping at most ``workers`` cores busy; return their outcomes in the order they ended.
 
     CPU seconds are the job's and its waited-for descendants' (a notebook's kernel included),
     from ``os.wait4``. An interrupt stops every running job (its whole process group).
@@ -123,7 +132,7 @@ def run(jobs: list[Job], workers: int | None = None, cwd: Path | None = None, lo
                     echo(f"-- {job.name}: skipped ({', '.join(d for d in job.after if finished[d].status != 'done')} "
                          "did not succeed)")
             ready = [job for job in waiting if all(dep in finished for dep in job.after)]
-            while ready and len(running) < workers:
+            while ready and sum(entry[0].cores for entry in running.values()) < workers:
                 job = ready.pop(0)
                 waiting.remove(job)
                 path = logs / f"{job.name.replace('/', '_').replace(' ', '_')}.log"

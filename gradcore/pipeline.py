@@ -72,6 +72,14 @@ def chapters(root) -> dict[str, Path]:
     return {p.stem: p for p in sorted(book.glob("*.md")) if "jupytext" in _front_matter(p)}
 
 
+def chapter_cores(root, name: str) -> float:
+    """The share of a core the chapter keeps busy as it runs (front matter ``gradcore: cores:``, 1 if unset)."""
+    found = chapters(root)
+    if name not in found:
+        return 1.0
+    return float((_front_matter(found[name]).get("gradcore") or {}).get("cores", 1.0))
+
+
 def chapter_source(root, name: str) -> Path:
     found = chapters(root)
     if name not in found:

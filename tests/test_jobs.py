@@ -71,3 +71,24 @@ def test_default_workers_reads_the_variable(monkeypatch):
 def test_summary_lists_every_job_and_the_total():
     text = jobs.summary([jobs.Outcome("a", "done", 2.0, 1.5), jobs.Outcome("b", "FAILED", 1.0, 0.5)], wall=2.5)
     assert text.splitlines()[1].startswith("a ") and "FAILED" in text and text.splitlines()[-1].split()[-2:] == ["2.5", "2.0"]
+
+
+def test_a_job_that_mostly_waits_leaves_room_for_another(tmp_path):
+    """With one worker, a job declared at half a core runs beside a full one; two full ones never overlap."""
+    marker = tmp_path / "log.txt"
+    # Each job writes "start NAME", waits until the file holds two starts or 3 s pass, then "end NAME".
+    step = ("import sys, time; p, name = sys.argv[1], sys.argv[2]; open(p, 'a').write(f'start {name}\\n')\n"
+            "deadline = time.time() + 3\n"
+            "while open(p).read().count('start') < 2 and time.time() < deadline: time.sleep(0.05)\n"
+            "open(p, 'a').write(f'end {name}\\n')")
+    waiting = [jobs.Job("waits", python(step) + [str(marker), "waits"], estimate=2, cores=0.5),
+               jobs.Job("busy", python(step) + [str(marker), "busy"], estimate=1)]
+    jobs.run(waiting, workers=1, log_dir=tmp_path, echo=lambda line: None)
+    assert marker.read_text().split()[:4] == ["start", "waits", "start", "busy"]  # overlapped
+    marker.unlink()
+    full = [jobs.Job("first", python(step) + [str(marker), "first"], estimate=2),
+            jobs.Job("second", python(step) + [str(marker), "second"], estimate=1)]
+    jobs.run(full, workers=1, log_dir=tmp_path, echo=lambda line: None)
+    assert marker.read_text().split()[:4] == ["start", "first", "end", "first"]  # one after the other
+    with pytest.raises(ValueError, match="cores"):
+        jobs.Job("x", ["true"], cores=0)
