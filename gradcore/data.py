@@ -512,23 +512,38 @@ def _labelled_images(name: str, size: int | None) -> tuple[torch.Tensor, torch.T
     return torch.tensor(np.clip(images, 0, 1), dtype=torch.float32), torch.tensor(labels, dtype=torch.int64)
 
 
+def _resized(dataset: Dataset, size: int | None) -> Dataset:
+    """The data set at ``size`` x ``size`` (anti-aliased bilinear), or as it is for ``None``."""
+    if size is None or size == dataset.images.shape[-1]:
+        return dataset
+    images = torch.nn.functional.interpolate(dataset.images, size=(size, size), mode="bilinear", antialias=True,
+                                             align_corners=False).clamp(0, 1)
+    return Dataset(images, dataset.labels, dataset.classes, dataset.name, {**dataset.info, "size": size})
+
+
 @DATASETS.register("cifar10_samples")
-def cifar10_samples(size: int | None = None) -> Dataset:
+def cifar10_samples(size: int | None = None, root: str | None = None) -> Dataset:
     """20 real CIFAR-10 test images (32x32 RGB) with their labels, from foolbox's wheel.
 
     ``size`` resizes them (anti-aliased), e.g. to 16x16 where a ``ci`` budget cannot afford 32x32;
-    ``None`` keeps the native 32x32.
+    ``None`` keeps the native 32x32. ``root``: a folder holding the full CIFAR-10
+    (``cifar-10-batches-py``): its 10,000 test images instead of the 20 samples, the one
+    parameter a chapter takes (``data_root``) to run on the whole test set.
     """
     check.positive_int("size", size, allow_none=True)
+    if root is not None:
+        return _resized(cifar10(root, "test"), size)
     images, labels = _labelled_images("cifar10_samples", size)
     return Dataset(images, labels, list(CIFAR10_CLASSES), "cifar10_samples", {"size": size or 32})
 
 
 @DATASETS.register("cifar100_samples")
-def cifar100_samples(size: int | None = None) -> Dataset:
+def cifar100_samples(size: int | None = None, root: str | None = None) -> Dataset:
     """20 real CIFAR-100 test images (32x32 RGB, or resized to ``size``) with their fine labels (0-99; names not
-    bundled), from foolbox's wheel."""
+    bundled), from foolbox's wheel; with ``root`` (holding ``cifar-100-python``), the full CIFAR-100 test set."""
     check.positive_int("size", size, allow_none=True)
+    if root is not None:
+        return _resized(cifar100(root, "test"), size)
     images, labels = _labelled_images("cifar100_samples", size)
     return Dataset(images, labels, [f"class {k}" for k in range(100)], "cifar100_samples", {"size": size or 32})
 

@@ -376,3 +376,17 @@ def test_check_disjoint_names_how_many_private_images_the_public_data_holds():
     # Pixel for pixel, whatever the dtype: a float64 copy of a private image is the same image.
     with pytest.raises(GradcoreValueError, match="holds 1 of the 1"):
         data.check_disjoint(digits, digits.images[7:8].double())
+
+
+def test_the_samples_point_at_a_full_test_set_with_one_parameter(tmp_path):
+    from gradcore import fixtures
+
+    fixtures.write_cifar(tmp_path, "cifar10")
+    fixtures.write_cifar(tmp_path, "cifar100")
+    full = data.load("cifar10_samples", root=str(tmp_path))
+    assert full.name == "cifar10" and torch.equal(full.images, data.cifar10(str(tmp_path)).images)
+    small = data.load("cifar100_samples", size=16, root=str(tmp_path))
+    assert small.name == "cifar100" and small.images.shape[1:] == (3, 16, 16)
+    assert float(small.images.min()) >= 0 and float(small.images.max()) <= 1
+    with pytest.raises(FileNotFoundError, match="cifar-10-batches-py"):
+        data.load("cifar10_samples", root=str(tmp_path / "absent"))
