@@ -102,13 +102,23 @@ def test_hex_addresses_read_as_proc_net_writes_them():
     assert deployment._hex_address("0100007F") == "127.0.0.1"
     assert deployment._hex_address("00000000000000000000000001000000") == "::1"
     assert deployment._hex_address("0000000000000000FFFF00000100007F") == "::ffff:127.0.0.1"
+    assert deployment._hex_endpoint("0100007F:1F90") == ("127.0.0.1", 8080)
 
 
-def test_socket_addresses_see_a_listening_socket():
+def test_socket_endpoints_see_a_listening_socket_and_judge_it():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
-        assert "127.0.0.1" in deployment.socket_addresses(psutil.Process().pid)
+        port = listener.getsockname()[1]
+        found = deployment.socket_endpoints(psutil.Process().pid)
+        assert (("127.0.0.1", port), ("0.0.0.0", 0)) in found
+    launch = deployment.Launch(0.0, 0, False, {}, 1, {(("127.0.0.1", port), ("0.0.0.0", 0))})
+    assert launch.foreign_addresses == [] and launch.addresses == {"127.0.0.1"}
+    # A listener on every interface, and a connection to another host, are both beyond loopback.
+    wide = deployment.Launch(0.0, 0, False, {}, 1, {(("0.0.0.0", 8080), ("0.0.0.0", 0)),
+                                                    (("10.0.0.5", 40000), ("93.184.216.34", 443)),
+                                                    (("::1", 5000), ("::1", 6000))})
+    assert wide.foreign_addresses == ["0.0.0.0:8080 -> 0.0.0.0:0", "10.0.0.5:40000 -> 93.184.216.34:443"]
 
 
 def test_a_taken_port_is_refused_by_number():

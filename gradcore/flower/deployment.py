@@ -250,25 +250,44 @@ def network_isolation() -> list[str] | None:
 
 @dataclass
 class Launch:
-    """What :func:`launch` observed of a deployment: time, memory, processes and every socket's address."""
+    """What :func:`launch` observed of a deployment: time, memory, processes and every socket's two ends."""
 
     seconds: float
     peak_memory_bytes: int
     isolated: bool
     served: dict
     processes_seen: int
-    addresses: set = field(default_factory=set)
+    sockets: set = field(default_factory=set)
     left_running: list = field(default_factory=list)
 
     @property
+    def addresses(self) -> set:
+        """Every IP address the deployment's sockets were bound or connected to (the null address left out)."""
+        return {ip for local, remote in self.sockets for ip, port in (local, remote) if not _null(ip, port)}
+
+    @property
     def foreign_addresses(self) -> list:
-        """Addresses (local or remote) of the deployment's sockets that are not loopback."""
-        return sorted(address for address in self.addresses if not _loopback(address))
+        """``"local -> remote"`` of each socket that reached, or listened, beyond loopback.
+
+        A socket is foreign when its local end is bound to anything but loopback (a listener on
+        0.0.0.0 included: it would accept connections from the network), or its remote end is
+        anything but loopback; a listener's remote end, the null address, is not a remote.
+        """
+        return sorted(f"{_endpoint(*local)} -> {_endpoint(*remote)}" for local, remote in self.sockets
+                      if not (_loopback(local[0]) or _null(*local)) or not (_loopback(remote[0]) or _null(*remote)))
 
 
 def _loopback(address: str) -> bool:
-    return address.startswith("127.") or address in ("::1", "::ffff:127.0.0.1", "0.0.0.0", "::") or \
-        address.startswith("::ffff:127.")
+    return address.startswith("127.") or address == "::1" or address.startswith("::ffff:127.")
+
+
+def _null(address: str, port: int) -> bool:
+    """The unspecified address with port 0: no remote end (a listener), or a socket not yet bound."""
+    return address in ("0.0.0.0", "::") and port == 0
+
+
+def _endpoint(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 def _hex_address(text: str) -> str:
@@ -279,8 +298,13 @@ def _hex_address(text: str) -> str:
     return socket.inet_ntop(socket.AF_INET6, words)
 
 
-def socket_addresses(pid: int) -> set:
-    """Local and remote IP addresses of the process's TCP and UDP sockets, in the process's own network namespace.
+def _hex_endpoint(text: str) -> tuple[str, int]:
+    address, port = text.split(":")
+    return _hex_address(address), int(port, 16)
+
+
+def socket_endpoints(pid: int) -> set:
+    """``((local ip, port), (remote ip, port))`` of the process's TCP and UDP sockets, in its own network namespace.
 
     psutil reads the caller's ``/proc/net``, blind to a namespace the process was moved into; this
     reads ``/proc/PID/net/*`` and keeps the sockets whose inodes the process holds.
@@ -298,12 +322,12 @@ def socket_addresses(pid: int) -> set:
             for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
                 fields = line.split()
                 if len(fields) > 9 and fields[9] in inodes:
-                    found.update(_hex_address(fields[index].split(":")[0]) for index in (1, 2))
+                    found.add((_hex_endpoint(fields[1]), _hex_endpoint(fields[2])))
     return found
 
 
-def _observe(root, seen: dict, addresses: set) -> int:
-    """Add the tree's processes and socket addresses to ``seen`` / ``addresses``; its total resident memory."""
+def _observe(root, seen: dict, sockets: set) -> int:
+    """Add the tree's processes and sockets to ``seen`` / ``sockets``; its total resident memory."""
     try:
         tree = [root] + root.children(recursive=True)
     except psutil.NoSuchProcess:
@@ -313,7 +337,7 @@ def _observe(root, seen: dict, addresses: set) -> int:
         with contextlib.suppress(psutil.Error):
             seen.setdefault(process.pid, process.create_time())
             memory += process.memory_info().rss
-            addresses.update(socket_addresses(process.pid))
+            sockets.update(socket_endpoints(process.pid))
     return memory
 
 
@@ -327,7 +351,7 @@ def launch(directory: str | Path, clients: int, port: int | None = None, timeout
     (directory / "request.json").write_text(json.dumps({"clients": clients, "port": port, "timeout": timeout,
                                                         "loopback_up": prefix is not None}))
     command = [*(prefix or []), sys.executable, "-c", SERVE, str(directory)]
-    seen, addresses, peak = {}, set(), 0
+    seen, sockets, peak = {}, set(), 0
     start = time.perf_counter()
     child = subprocess.Popen(command, stdout=(directory / "serve.log").open("w"), stderr=subprocess.STDOUT,
                              start_new_session=True)
@@ -336,7 +360,7 @@ def launch(directory: str | Path, clients: int, port: int | None = None, timeout
         while child.poll() is None:
             if time.perf_counter() - start > timeout + 60:
                 raise TimeoutError(f"the Flower deployment ran past {timeout + 60:.0f} s; logs under {directory / 'logs'}")
-            peak = max(peak, _observe(root, seen, addresses))
+            peak = max(peak, _observe(root, seen, sockets))
             time.sleep(0.2)
     finally:
         stop_tree(child.pid)
@@ -351,7 +375,7 @@ def launch(directory: str | Path, clients: int, port: int | None = None, timeout
         raise RuntimeError(f"the Flower deployment failed (exit {child.returncode}, flwr run "
                            f"{served.get('run_returncode')}):\n{_tail(directory / 'serve.log')}\n--- flwr run:\n"
                            f"{_tail(directory / 'logs' / 'run.log')}")
-    return Launch(time.perf_counter() - start, peak, prefix is not None, served, len(seen), addresses, left)
+    return Launch(time.perf_counter() - start, peak, prefix is not None, served, len(seen), sockets, left)
 
 
 def _alive(pid: int, created: float) -> bool:
