@@ -33,8 +33,6 @@ from .. import data, defenses, models, privacy
 from .. import gradients as grads
 from .. import validation as check
 
-#: Round-spec keys; ``defense`` is a spec as in :mod:`gradcore.papers` (``{"defense": "noise", "sigma": 0.1}``).
-ROUND_KEYS = ("label", "defense", "dp_sgd", "lr", "local")
 DP_SGD_KEYS = ("noise_multiplier", "max_grad_norm", "batch_size")
 
 
