@@ -263,6 +263,63 @@ def faces(size: int = 24) -> Dataset:
     return Dataset(images, labels, ["face", "non-face"], "faces", {"size": size})
 
 
+def _mirror(index: np.ndarray, length: int) -> np.ndarray:
+    """scipy.ndimage's ``mirror`` extension of an index (numpy's ``reflect``: ... 2 1 | 0 1 ... n-1 | n-2 ...)."""
+    if length == 1:
+        return np.zeros_like(index)
+    period = 2 * (length - 1)
+    index = np.abs(index) % period
+    return np.where(index >= length, period - index, index)
+
+
+def _gaussian_at(image: np.ndarray, axis: int, sigma: float, keep: np.ndarray) -> np.ndarray:
+    """``scipy.ndimage.gaussian_filter1d(image, sigma, axis, mode="mirror")``, only at indices ``keep``.
+
+    Sums the symmetric taps in scipy's order (outermost pair first, each pair added before it is
+    weighted), so every kept value is bit for bit scipy's.
+    """
+    from scipy import ndimage
+
+    radius = int(4.0 * sigma + 0.5)
+    impulse = np.zeros(4 * radius + 3)
+    impulse[2 * radius + 1] = 1.0
+    weights = ndimage.gaussian_filter1d(impulse, sigma, mode="mirror")[radius + 1 : 3 * radius + 2]
+    lines = np.moveaxis(image, axis, 0)
+    filtered = lines[keep] * weights[radius]
+    for offset in range(radius, 0, -1):
+        filtered += (lines[_mirror(keep - offset, len(lines))] + lines[_mirror(keep + offset, len(lines))]) * weights[radius - offset]
+    return np.moveaxis(filtered, 0, axis)
+
+
+def _downsize(image: np.ndarray, size: int) -> np.ndarray:
+    """``skimage.transform.resize(image, (size, size), anti_aliasing=True)`` of an (H, W, C) float image.
+
+    scikit-image blurs the whole image, then reads a few rows and columns of it by linear
+    interpolation; this blurs only the rows and columns the interpolation reads (the same values,
+    bit for bit: ``tests/test_data.py`` compares), 6x faster on the bundled photographs.
+    """
+    from scipy import ndimage
+
+    height, width = image.shape[:2]
+    sampled = []
+    for length, sigma in ((height, (height / size - 1) / 2), (width, (width / size - 1) / 2)):
+        low = np.floor((np.arange(size) + 0.5) * (length / size) - 0.5).astype(np.int64)
+        sampled.append(np.unique(_mirror(np.concatenate([low - 1, low, low + 1, low + 2]), length)))
+    rows, columns = sampled
+    if 4 * len(rows) > height or 4 * len(columns) > width:  # reads most of the image: blurring it all is faster
+        from skimage.transform import resize
+
+        return resize(image, (size, size), anti_aliasing=True)
+    part = _gaussian_at(image, 0, (height / size - 1) / 2, rows) if height > size else image[rows]
+    part = _gaussian_at(part, 1, (width / size - 1) / 2, columns) if width > size else part[:, columns]
+    blurred = np.full(image.shape, np.nan)  # a value the interpolation should not have read shows as NaN
+    blurred[np.ix_(rows, columns)] = part
+    out = ndimage.zoom(blurred, (size / height, size / width, 1), order=1, mode="mirror", grid_mode=True)
+    if np.isnan(out).any():
+        raise AssertionError("gradcore.data._downsize read a pixel it did not blur")
+    return np.clip(out, image.min(), image.max())
+
+
 def _read_photo(file_name: str) -> np.ndarray:
     import skimage
     from skimage import io
@@ -289,8 +346,6 @@ def photos(size: int = 32, per_photo: int = 16, crop_fraction: float = 0.5, seed
     seed : int
         Seed of the crop positions.
     """
-    from skimage.transform import resize
-
     check.positive_int("size", size)
     check.positive_int("per_photo", per_photo)
     check.number("crop_fraction", crop_fraction, low=0, high=1, low_open=True)
@@ -304,7 +359,7 @@ def photos(size: int = 32, per_photo: int = 16, crop_fraction: float = 0.5, seed
         for _ in range(per_photo):
             top = generator.integers(0, height - side + 1)
             left = generator.integers(0, width - side + 1)
-            crop = resize(photo[top : top + side, left : left + side], (size, size), anti_aliasing=True)
+            crop = _downsize(photo[top : top + side, left : left + side], size)
             images.append(crop.transpose(2, 0, 1))
             labels.append(label)
     tensor = torch.tensor(np.clip(np.stack(images), 0.0, 1.0), dtype=torch.float32)

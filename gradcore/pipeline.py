@@ -413,7 +413,7 @@ def execute(root, chapter: str, profile: str = DEFAULT_PROFILE, parameters: dict
             print(f"   {seconds:7.1f} s  cell {source_index(cell_index)}  `{_first_line(cell.source)}`", flush=True)
 
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="gradcore-") as tmp, kernel_env(profile, environment):
+    with tempfile.TemporaryDirectory(prefix="gradcore-") as tmp, kernel_env(profile, environment) as kernel_environment:
         log = Path(tmp) / "kernel.log"
         try:
             with _stderr_to(log):
@@ -443,7 +443,7 @@ def execute(root, chapter: str, profile: str = DEFAULT_PROFILE, parameters: dict
     seconds = time.perf_counter() - t0
     write_notebook(normalise(result, str(src.relative_to(root)), profile), out)
     if output is None:
-        record(root, chapter, profile, inject, seconds, out)
+        record(root, chapter, profile, inject, seconds, out, kernel_environment)
     return out
 
 
@@ -466,11 +466,12 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def machine() -> dict:
+def machine(environment: dict | None = None) -> dict:
     """Where the numbers come from: torch version, device, CPU, torch's SIMD level and BLAS.
 
     The committed notebooks reproduce bit for bit only on the same float path; the Status page
-    shows it so a reader knows where the committed numbers came from.
+    shows it so a reader knows where the committed numbers came from. ``environment``: the
+    variables the numbers were computed under (a kernel's; this process's by default).
     """
     if not _device_cache:
         found = {"torch": "none", "device": "cpu", "cpu": _cpu_model(), "capability": "n/a", "blas": "n/a"}
@@ -489,23 +490,29 @@ def machine() -> dict:
         except Exception:  # a broken CUDA setup still runs on the cpu
             pass
         _device_cache.append(found)
-    environment = {key: os.environ[key] for key in FLOAT_PATH_VARIABLES if key in os.environ}
+    environment = os.environ if environment is None else environment
+    environment = {key: environment[key] for key in FLOAT_PATH_VARIABLES if key in environment}
     return {**_device_cache[0], "float_path": " ".join(f"{k}={v}" for k, v in environment.items()) or "default"}
 
 
-def record(root, chapter: str, profile: str, injected: dict, seconds: float, path: Path) -> None:
-    """Store the run in notebooks/status.json (last run per chapter and profile) and status.md."""
+def record(root, chapter: str, profile: str, injected: dict, seconds: float, path: Path,
+           environment: dict | None = None) -> None:
+    """Store the run in notebooks/status.json (last run per chapter and profile) and status.md.
+
+    ``environment``: the kernel's, whose float path (thread count included) the Status page shows.
+    """
     root = Path(root)
     status_path = root / "notebooks" / "status.json"
     # Chapters run in parallel each rewrite the whole file: hold a lock for the read-modify-write.
     with open(status_path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        _record_locked(root, status_path, chapter, profile, injected, seconds, path)
+        _record_locked(root, status_path, chapter, profile, injected, seconds, path, environment)
 
 
-def _record_locked(root: Path, status_path: Path, chapter: str, profile: str, injected: dict, seconds: float, path: Path) -> None:
+def _record_locked(root: Path, status_path: Path, chapter: str, profile: str, injected: dict, seconds: float, path: Path,
+                   environment: dict | None) -> None:
     status = json.loads(status_path.read_text()) if status_path.exists() else {}
-    found = machine()
+    found = machine(environment)
     params = {k: v for k, v in injected.items() if k != "profile"}
     status.setdefault(chapter, {})[profile] = {
         "chapter": chapter,

@@ -186,8 +186,9 @@ def test_stop_tree_stops_children_that_left_the_session(tmp_path):
 def test_a_deployment_past_its_timeout_fails_and_leaves_nothing(tmp_path):
     pytest.importorskip("flwr")
     before = {p.pid for p in psutil.process_iter() if "flower-" in " ".join(_cmdline(p))}
-    with pytest.raises(RuntimeError, match="deployment failed"):
+    with pytest.raises(RuntimeError, match="deployment failed") as failure:
         flower.run(MODEL, "digits", [[0]], [flower.make_round("none")], directory=tmp_path / "run", timeout=2)
+    assert f"kept in {tmp_path / 'run'}" in str(failure.value)  # the logs stay for the reader
     after = {p.pid for p in psutil.process_iter() if "flower-" in " ".join(_cmdline(p))}
     assert after <= before
 
@@ -197,3 +198,18 @@ def _cmdline(process) -> list:
         return process.cmdline()
     except psutil.Error:
         return []
+
+
+def test_a_temporary_folder_goes_once_the_captures_are_read(tmp_path, monkeypatch):
+    """Without ``directory`` the run's folder (app, logs, about 30-80 MB of captures) must not outlive it."""
+    import gradcore.flower as package
+
+    folder = tmp_path / "temporary"
+    monkeypatch.setattr(package, "require_flower", lambda: None)
+    monkeypatch.setattr(package.tempfile, "mkdtemp", lambda prefix: str(folder.mkdir() or folder))
+    monkeypatch.setattr(package.deployment, "write_app", lambda *args: None)
+    monkeypatch.setattr(package.deployment, "launch", lambda *args, **kwargs: "launched")
+    monkeypatch.setattr(package.protocol, "load_captures", lambda directory: ["capture"])
+    result = flower.run(MODEL, "digits", [[0]], [flower.make_round("none")])
+    assert result.captures == ["capture"] and result.launch == "launched"
+    assert not folder.exists()

@@ -456,6 +456,7 @@ def test_execute_writes_a_normalised_reproducible_notebook(repo):
     assert run["profile"] == "ci" and run["device"] and run["python"] and run["seconds"] > 0
     # where the committed numbers came from: they reproduce bit for bit only on this float path
     assert run["cpu"] and run["capability"] and run["blas"] and run["float_path"]
+    assert "OMP_NUM_THREADS=" in run["float_path"]  # the kernel's thread count, not this process's environment
     page = (repo / "notebooks" / "status.md").read_text()
     assert page.startswith("# Status\n") and "| tiny | ci | default |" in page
 

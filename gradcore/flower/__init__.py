@@ -69,8 +69,9 @@ def run(model: str, dataset: str, partitions: Sequence[Sequence[int]], schedule:
     schedule : sequence of dict
         One :func:`gradcore.flower.protocol.make_round` per round.
     directory : path, optional
-        Where the app, Flower's home, the logs and the captures go (a fresh temporary folder
-        when None; reused folders are emptied first).
+        Where the app, Flower's home, the logs and the captures go and stay (when None, a
+        temporary folder, removed once the captures are read, kept when the deployment fails;
+        reused folders are emptied first).
     port : int, optional
         The SuperLink's port (a free one when None; refused, with its number, when taken).
     timeout : float
@@ -96,5 +97,11 @@ def run(model: str, dataset: str, partitions: Sequence[Sequence[int]], schedule:
     folder.mkdir(parents=True)
     setup = protocol.make_setup(model, dataset, partitions, folder / "captures", seed, dataset_options)
     deployment.write_app(folder, setup, schedule)
-    launched = deployment.launch(folder, len(partitions), port=port, timeout=timeout, isolate=isolate)
-    return Deployment(setup, schedule, protocol.load_captures(setup["captures"]), launched)
+    try:
+        launched = deployment.launch(folder, len(partitions), port=port, timeout=timeout, isolate=isolate)
+    except RuntimeError as error:
+        raise RuntimeError(f"{error}\n(app, logs and captures kept in {folder})") from None
+    captures = protocol.load_captures(setup["captures"])
+    if directory is None:  # the captures are in memory now; a temporary folder would outlive every run
+        shutil.rmtree(folder, ignore_errors=True)
+    return Deployment(setup, schedule, captures, launched)
