@@ -76,7 +76,7 @@ book: $(VENV)/.installed-book
 	$(BIN)/gradcore build
 
 # One pool of single-threaded jobs, as many at once as there are cores: unit tests, smoke runs of the
-# paper profiles, nbval of every notebook, the strict book build, then the browser check (gradcore/jobs.py).
+# paper profiles, nbval of every notebook, the strict book build, then the browser check (gradcore/book/jobs.py).
 # Then: no process of a Flower deployment (what-protects-flower, tests/test_flower.py) outlived it.
 FLOWER_PROCESSES := [f]lower-super(link|node|exec)|[f]lwr run
 test: $(VENV)/.installed-test chromium datasets

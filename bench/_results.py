@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gradcore.pipeline import write_text_atomically
+from gradcore.book.notebooks import write_text_atomically
 
 
 def write_json(path: Path, result: dict) -> None:

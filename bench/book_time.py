@@ -7,7 +7,7 @@
     python bench/book_time.py --table              # print the README's timing table from the last result, run nothing
 
 The same jobs, with the same commands, as ``gradcore build`` and ``gradcore test`` run
-(:mod:`gradcore.jobs`: single-threaded processes, as many at once as there are cores). The
+(:mod:`gradcore.book.jobs`: single-threaded processes, as many at once as there are cores). The
 chapters execute into a temporary folder, so the committed notebooks stay as they are.
 Prints the table the README's timings come from and writes ``bench/results/book_time.json``
 with the machine's fingerprint (CPU, cores, torch, float path). Run it on an idle machine:
@@ -27,14 +27,14 @@ from pathlib import Path
 
 from _results import write_json
 
-from gradcore import cli, jobs, pipeline
+from gradcore.book import cli, jobs, layout, status
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def fingerprint() -> dict:
     """The machine the times were measured on (the Status page's fields, and the cores)."""
-    device = pipeline.machine()
+    device = status.machine()
     return {**device, "cores": len(os.sched_getaffinity(0)), "python": sys.version.split()[0],
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
@@ -87,14 +87,14 @@ def main(argv=None) -> int:
     os.environ["OMP_NUM_THREADS"] = "1"
     with tempfile.TemporaryDirectory(prefix="gradcore-book-time-") as folder:
         folder = Path(folder)
-        chapters = pipeline.chapters(ROOT)
+        chapters = layout.chapters(ROOT)
         book = cli.chapter_jobs(ROOT, chapters, out_dir=folder / "notebooks", label="chapter",
                                 times_dir=folder / "times")
         steps = {"book": book}
         if args.ci:
             steps["test"] = [jobs.Job("unit tests", jobs.python("-m", "pytest", "tests", "-q", "-p", "no:cacheprovider"),
                                       60.0, quiet=True),
-                             *cli.smoke_jobs(ROOT, ROOT / pipeline.SMOKE_DIR / "data"), *cli.check_jobs(ROOT)]
+                             *cli.smoke_jobs(ROOT, ROOT / layout.SMOKE_DIR / "data"), *cli.check_jobs(ROOT)]
         result = {"machine": fingerprint(), "workers": workers, "steps": {}}
         for step, job_list in steps.items():
             t0 = time.perf_counter()

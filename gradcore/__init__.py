@@ -26,6 +26,10 @@ The library behind the gradcore book. One module per concept:
 * :mod:`gradcore.papers`: every paper's hyper-parameters and reported numbers, as data;
 * :mod:`gradcore.validation`: the checks every entry point runs on its arguments, and the
   library's errors (:class:`GradcoreError`, :class:`GradcoreValueError`, :class:`GradcoreTypeError`).
+
+The book's own tooling is a wing of its own, :mod:`gradcore.book` (the ``gradcore`` command, chapter
+execution, the output check, the Status and results pages, the browser check, the job pool): the
+science above never imports it.
 """
 
 from __future__ import annotations
@@ -38,8 +42,8 @@ __version__ = "0.1.0"
 
 #: Submodules, imported on first use (``gradcore.data``, ``from gradcore import data``): the command
 #: line (``gradcore run``, ``gradcore test``) and the output check start without importing torch.
-SUBMODULES = ("attacks", "blas", "claims", "client", "data", "defenses", "dense", "errors", "evaluation", "exclusivity",
-              "experiments", "federated", "flower", "generative", "gradients", "jobs", "linear", "metrics", "minimal", "models",
+SUBMODULES = ("attacks", "blas", "book", "claims", "client", "data", "defenses", "dense", "errors", "evaluation", "exclusivity",
+              "experiments", "federated", "flower", "generative", "gradients", "linear", "metrics", "minimal", "models",
               "papers", "plots", "privacy", "registry", "scenarios", "training", "validation", "walkback")
 #: Names the package exports from its submodules, imported with them on first use.
 EXPORTS = {

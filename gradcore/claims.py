@@ -16,7 +16,10 @@ from typing import Sequence
 
 from .errors import GradcoreValueError
 from .papers import smoke_run
-from .reproducibility import TABLE_MIME
+
+#: The MIME type of gradcore's tables in a notebook: their cells as JSON, which the output check
+#: (:mod:`gradcore.book.reproducibility`) compares cell by cell.
+TABLE_MIME = "application/vnd.gradcore.table+json"
 
 #: Set (to 1) by ``gradcore seeds``: every claim is computed and shown with its verdict ("NO" where it
 #: fails), and ``Claims.check()`` reports the failures instead of raising, so one failing claim does

@@ -274,7 +274,7 @@ IG = PAPERS.add("inverting_gradients", Paper(
     },
     profiles={
         # One thread, as every chapter's ci profile: two threads were only 1.1-1.4x faster than one on these models,
-        # while two single-threaded chapters on two cores each run at full speed (`make book` runs them so, gradcore.jobs).
+        # while two single-threaded chapters on two cores each run at full speed (`make book` runs them so, gradcore.book.jobs).
         "ci": {"threads": 1, "attack_images": 2, "cosine_iterations": 400, "euclidean_steps": 50, "local_iterations": 150,
                # (epochs, images, batch size); the paper's rows use 8 images and 5 epochs.
                "table2_settings": ((1, 1, 1), (1, 4, 2), (1, 4, 4), (3, 1, 1), (3, 4, 4)), "table2_iterations": 150,

@@ -5,7 +5,7 @@
 For each page of _toc.yml: it loads, has a visible h1, shows no error output or TeX error,
 every <img> loaded, a chapter renders at least as many output images as its notebook has PNGs,
 and nothing is fetched from the network. One line per page; exit 1 on any problem.
-`gradcore check` runs the same check (gradcore.pipeline.browser_check).
+`gradcore check` runs the same check (gradcore.browser.browser_check).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gradcore.pipeline import browser_check
+from gradcore.book.browser import browser_check
 
 ROOT = Path(__file__).resolve().parents[1]
 

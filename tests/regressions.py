@@ -4,7 +4,7 @@
 
 Each break edits the library in a throwaway clone of this repository (the committed
 notebooks stay as they are), re-executes one notebook under ``pytest --nbval -p
-gradcore.nbval_tolerance`` exactly as ``gradcore check`` does, and passes when the check
+gradcore.book.nbval_tolerance`` exactly as ``gradcore check`` does, and passes when the check
 fails and names a number of the cell the break changes. Not part of ``make test``: it
 re-executes chapters; run it after changing a tolerance (README, "Testing").
 """
@@ -46,7 +46,7 @@ def run(name: str) -> bool:
         env.pop("MPLBACKEND", None)
         cmd = [sys.executable, "-m", "pytest", "--nbval", f"notebooks/{notebook}.ipynb", "--nbval-current-env",
                "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "-p", "no:cacheprovider", "-p",
-               "gradcore.nbval_tolerance", "-q"]
+               "gradcore.book.nbval_tolerance", "-q"]
         result = subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True)
     named = re.findall(r"^ +(.*became.*)$", result.stdout, re.M)
     caught = result.returncode != 0 and bool(named)

@@ -151,7 +151,7 @@ def test_ordering_and_trend_margins():
 
 
 def test_margin_column_is_shown_and_not_compared():
-    from gradcore.reproducibility import TABLE_MIME, Tolerance, compare_table
+    from gradcore.book.reproducibility import TABLE_MIME, Tolerance, compare_table
     table = Claims("t")
     table.at_least("PSNR above the gray guess (dB)", "p", 20.0, 15.0)
     table.add("labels right", "all", "all", True)
@@ -173,8 +173,8 @@ def test_margin_column_is_shown_and_not_compared():
 def test_claims_are_read_back_from_an_executed_notebook(tmp_path):
     import json
 
+    from gradcore.book.reproducibility import TABLE_MIME
     from gradcore.claims import claims_in_notebook, tightest_rows
-    from gradcore.reproducibility import TABLE_MIME
     table = Claims("chapter")
     table.at_least("PSNR over gray (dB)", "p", 20.0, 15.0)
     table.at_most("error", "exact", 1e-9, 1e-8)

@@ -393,7 +393,7 @@ def test_check_disjoint_names_how_many_private_images_the_public_data_holds():
 
 
 def test_the_samples_point_at_a_full_test_set_with_one_parameter(tmp_path):
-    from gradcore import fixtures
+    from gradcore.book import fixtures
 
     fixtures.write_cifar(tmp_path, "cifar10")
     fixtures.write_cifar(tmp_path, "cifar100")

@@ -1,4 +1,4 @@
-"""gradcore.fixtures: the data sets' real on-disk layouts, read back through gradcore.data."""
+"""gradcore.book.fixtures: the data sets' real on-disk layouts, read back through gradcore.data."""
 
 import pickle
 
@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from gradcore import data, fixtures
+from gradcore import data
+from gradcore.book import fixtures
 from gradcore.validation import GradcoreValueError
 
 

@@ -1,10 +1,10 @@
-"""gradcore.jobs: processes run several at once, single-threaded, longest first, after their dependencies."""
+"""gradcore.book.jobs: processes run several at once, single-threaded, longest first, after their dependencies."""
 
 import sys
 
 import pytest
 
-from gradcore import jobs
+from gradcore.book import jobs
 
 
 def python(code: str) -> list:

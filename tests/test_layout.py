@@ -114,3 +114,13 @@ def test_the_readme_and_the_package_docstring_name_every_attack_family():
     assert families <= set(re.findall(r"`([a-z_]+)`", recipe)), "README's attack recipe omits a family"
     listed_doc = docstring[docstring.index("one module per family"):][:200]
     assert all(family in listed_doc for family in families), "gradcore/__init__.py's docstring omits a family"
+
+
+def test_the_science_never_imports_the_book_wing():
+    """gradcore.book (the command, execution, checks, pages) sits on top: no other module may import it."""
+    edges = graph()[0]
+    wing = {name for name in modules() if name == "gradcore.book" or name.startswith("gradcore.book.")}
+    assert "gradcore.book.cli" in wing and "gradcore.book.layout" in wing
+    assert edges["gradcore.book.cli"] & wing  # the graph sees the wing's own imports
+    upward = sorted((name, target) for name, targets in edges.items() if name not in wing for target in targets & wing)
+    assert upward == []

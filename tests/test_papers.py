@@ -121,9 +121,9 @@ def test_every_defined_setting_is_read():
 
 
 def test_the_chapter_scan_sees_every_chapter_with_settings():
-    from gradcore import pipeline
+    from gradcore.book import layout
 
-    assert set(chapter_settings()) == {f"{name}.md" for name in pipeline.chapters(BOOK.parent)}
+    assert set(chapter_settings()) == {f"{name}.md" for name in layout.chapters(BOOK.parent)}
 
 
 def chapter_reported() -> dict:

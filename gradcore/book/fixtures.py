@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import data
-from . import validation as check
+from .. import data
+from .. import validation as check
 
 #: Distinct crops cut per call; more images repeat them, mirrored and shifted (cutting crops is the slow part).
 DISTINCT = 64
@@ -96,5 +96,5 @@ def write_all(root) -> Path:
         write_cifar(root, "cifar10")
         write_cifar(root, "cifar100")
         write_imagefolder(root / "imagefolder")
-        (root / COMPLETE).write_text("written by gradcore.fixtures.write_all\n")
+        (root / COMPLETE).write_text("written by gradcore.book.fixtures.write_all\n")
     return root

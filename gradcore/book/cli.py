@@ -23,7 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-from . import claims, jobs, pipeline, reproducibility
+from .. import claims
+from . import execution, freshness, jobs, layout, notebooks, reproducibility, status
+from .browser import browser_check
 
 SANITIZE = "tests/nbval_sanitize.cfg"
 
@@ -34,7 +36,7 @@ def _root() -> Path:
     for folder in (here, *here.parents):
         if (folder / "_toc.yml").exists() or (folder / "book").is_dir():
             return folder
-    raise pipeline.PipelineError("not inside the gradcore repository (no _toc.yml or book/ found)")
+    raise layout.PipelineError("not inside the gradcore repository (no _toc.yml or book/ found)")
 
 
 def _timed(label: str, fn, *args, **kwargs):
@@ -59,7 +61,7 @@ def _subprocess(cmd: list[str], root: Path, env=None) -> None:
     print("$ " + " ".join(cmd), flush=True)
     rc = subprocess.call(cmd, cwd=root, env=env)
     if rc != 0:
-        raise pipeline.PipelineError(f"`{' '.join(cmd)}` exited with {rc}")
+        raise layout.PipelineError(f"`{' '.join(cmd)}` exited with {rc}")
 
 
 # ------------------------------------------------------------------------------------------ steps
@@ -69,7 +71,7 @@ def run_chapter(root: Path, chapter: str, profile: str, params: dict, smoke: boo
                 environment: dict | None = None, output: Path | None = None, cell_times: Path | None = None) -> None:
     label = f"run {chapter} [{profile}{', smoke' if smoke else ''}]" + "".join(f" {k}={v}" for k, v in params.items())
     times: list = []
-    out = _timed(label, pipeline.execute, root, chapter, profile, params, smoke=smoke, environment=environment,
+    out = _timed(label, execution.execute, root, chapter, profile, params, smoke=smoke, environment=environment,
                  output=output, cell_times=times)
     print(f"wrote {out.relative_to(root) if out.is_relative_to(root) else out}")
     if cell_times is not None:
@@ -89,44 +91,44 @@ def build_book(root: Path) -> None:
 def nbval(root: Path, exact: bool = False) -> None:
     """Re-execute the committed notebooks and compare their outputs.
 
-    By default within each chapter's declared tolerance (:mod:`gradcore.nbval_tolerance`);
+    By default within each chapter's declared tolerance (:mod:`gradcore.book.nbval_tolerance`);
     ``exact``: character by character, for refactoring on the machine that made them.
     """
     notebooks = sorted(str(p.relative_to(root)) for p in (root / "notebooks").glob("*.ipynb"))
     if not notebooks:
-        raise pipeline.PipelineError("no executed notebooks in notebooks/: run `gradcore build`")
+        raise layout.PipelineError("no executed notebooks in notebooks/: run `gradcore build`")
     cmd = [sys.executable, "-m", "pytest", "--nbval", *notebooks, "--nbval-current-env",
            "--nbval-sanitize-with", SANITIZE, "-p", "no:cacheprovider"]
     if not exact:
-        cmd += ["-p", "gradcore.nbval_tolerance"]
-    with pipeline.kernel_env("ci") as env:
+        cmd += ["-p", "gradcore.book.nbval_tolerance"]
+    with execution.kernel_env("ci") as env:
         _subprocess(cmd, root, env)
 
 
 def fresh(root: Path) -> None:
-    problems = pipeline.freshness(root)
+    problems = freshness.freshness(root)
     for p in problems:
         print(f"stale: {p}")
     if problems:
-        raise pipeline.PipelineError(f"{len(problems)} executed notebook(s) out of date with book/")
-    print(f"{len(pipeline.chapters(root))} chapter(s) fresh")
+        raise layout.PipelineError(f"{len(problems)} executed notebook(s) out of date with book/")
+    print(f"{len(layout.chapters(root))} chapter(s) fresh")
 
 
 def browser(root: Path) -> None:
-    problems = pipeline.browser_check(root)
+    problems = browser_check(root)
     for problem in problems:
         print(f"problem: {problem}", flush=True)
     if problems:
-        raise pipeline.PipelineError(f"browser check: {len(problems)} problem(s)")
+        raise layout.PipelineError(f"browser check: {len(problems)} problem(s)")
 
 
 # ------------------------------------------------------------------------------------------- jobs
 # Everything `make book` and `make test` do runs as single-threaded processes, as many at once as
-# there are cores (gradcore.jobs): the chapters, their output checks, the smoke runs, the unit tests.
+# there are cores (gradcore.book.jobs): the chapters, their output checks, the smoke runs, the unit tests.
 
 
 def _gradcore(*arguments: str) -> list:
-    return jobs.python("-m", "gradcore.cli", *arguments)
+    return jobs.python("-m", "gradcore.book.cli", *arguments)
 
 
 def _estimates(root: Path, profile: str = "ci") -> dict:
@@ -150,7 +152,7 @@ def chapter_jobs(root: Path, names, params: dict | None = None, out_dir: Path | 
         if times_dir is not None:
             command += ["--cell-times", str(times_dir / f"{name}.json")]
         result.append(jobs.Job(f"{label} {name}", command, estimates.get(name, 60.0), environment=dict(environment or {}),
-                               cores=pipeline.chapter_cores(root, name)))
+                               cores=layout.chapter_cores(root, name)))
     return result
 
 
@@ -160,16 +162,16 @@ def smoke_jobs(root: Path, data: Path, names=None, fixtures: bool = True) -> lis
     after = ()
     if fixtures:
         result.append(jobs.Job("smoke fixtures", jobs.python("-c", "import sys; from pathlib import Path; "
-                                                             "from gradcore import fixtures; fixtures.write_all(Path(sys.argv[1]))",
+                                                             "from gradcore.book import fixtures; fixtures.write_all(Path(sys.argv[1]))",
                                                              str(data)), 5.0, quiet=True))
         after = ("smoke fixtures",)
     estimates = _estimates(root, "paper-smoke")
-    for name in names or pipeline.chapters(root):
+    for name in names or layout.chapters(root):
         # The paper profile takes every core; smoke runs measure nothing, so they take one like every job.
         result.append(jobs.Job(f"smoke {name}", _gradcore("run", name, "--profile", "paper", "--smoke"),
                                estimates.get(name, 20.0), after,
                                {"GRADCORE_DATA": str(data), "GRADCORE_THREADS": "1"},
-                               cores=pipeline.chapter_cores(root, name)))
+                               cores=layout.chapter_cores(root, name)))
     return result
 
 
@@ -177,8 +179,8 @@ def check_jobs(root: Path, exact: bool = False) -> list:
     """nbval of every committed notebook (one job each), the strict book build, then the browser check."""
     notebooks = sorted(p.relative_to(root) for p in (root / "notebooks").glob("*.ipynb"))
     if not notebooks:
-        raise pipeline.PipelineError("no executed notebooks in notebooks/: run `gradcore build`")
-    with pipeline.kernel_env("ci") as environment:
+        raise layout.PipelineError("no executed notebooks in notebooks/: run `gradcore build`")
+    with execution.kernel_env("ci") as environment:
         kernel = {key: environment.get(key) for key in {*environment, "MPLBACKEND"}}
     estimates = _estimates(root)
     result = []
@@ -186,9 +188,9 @@ def check_jobs(root: Path, exact: bool = False) -> list:
         command = jobs.python("-m", "pytest", "--nbval", str(notebook), "--nbval-current-env",
                               "--nbval-sanitize-with", SANITIZE, "-p", "no:cacheprovider")
         if not exact:
-            command += ["-p", "gradcore.nbval_tolerance"]
+            command += ["-p", "gradcore.book.nbval_tolerance"]
         result.append(jobs.Job(f"nbval {notebook.stem}", command, estimates.get(notebook.stem, 60.0), environment=kernel,
-                               quiet=True, cores=pipeline.chapter_cores(root, notebook.stem)))
+                               quiet=True, cores=layout.chapter_cores(root, notebook.stem)))
     result.append(jobs.Job("jupyter-book build -W", _gradcore("build", "--no-execute"), 60.0, quiet=True))
     result.append(jobs.Job("browser check", _gradcore("browser"), 20.0, ("jupyter-book build -W",)))
     return result
@@ -204,7 +206,7 @@ def run_jobs(root: Path, job_list: list, workers: int | None, title: str) -> lis
     print(jobs.summary(outcomes, wall), flush=True)
     failed = [o.name for o in outcomes if o.status != "done"]
     if failed:
-        raise pipeline.PipelineError(f"{title}: {len(failed)} job(s) did not succeed: {', '.join(failed)}")
+        raise layout.PipelineError(f"{title}: {len(failed)} job(s) did not succeed: {', '.join(failed)}")
     print(f"{title}: every job succeeded in {wall:.1f} s")
     return outcomes
 
@@ -213,12 +215,12 @@ def run_jobs(root: Path, job_list: list, workers: int | None, title: str) -> lis
 
 
 def cmd_list(root: Path, args) -> int:
-    found = pipeline.chapters(root)
+    found = layout.chapters(root)
     if not found:
         print("no chapters (book/*.md with a jupytext header)")
     for name, src in found.items():
-        nb = pipeline.read_source(src)
-        params = pipeline.parameters(nb, name)
+        nb = layout.read_source(src)
+        params = layout.parameters(nb, name)
         executed = root / "notebooks" / f"{name}.ipynb"
         print(f"{name:<16} {src.relative_to(root)}  ->  "
               f"{executed.relative_to(root) if executed.exists() else '(not executed)'}")
@@ -238,12 +240,12 @@ def cmd_run(root: Path, args) -> int:
 def cmd_smoke(root: Path, args) -> int:
     """Every chapter's paper profile with its budgets cut, on data fixtures in the real formats.
 
-    The fixtures (:mod:`gradcore.fixtures`) are written to ``_build/smoke/data`` and the kernels see
+    The fixtures (:mod:`gradcore.book.fixtures`) are written to ``_build/smoke/data`` and the kernels see
     them as ``GRADCORE_DATA``, unless ``--data`` names a folder holding the real data sets.
     """
-    data = Path(args.data).expanduser().resolve() if args.data else root / pipeline.SMOKE_DIR / "data"
+    data = Path(args.data).expanduser().resolve() if args.data else root / layout.SMOKE_DIR / "data"
     if args.data and not data.is_dir():
-        raise pipeline.PipelineError(f"--data {data}: no such folder")
+        raise layout.PipelineError(f"--data {data}: no such folder")
     run_jobs(root, smoke_jobs(root, data, args.chapter, fixtures=not args.data), args.jobs, "smoke runs")
     return 0
 
@@ -251,7 +253,7 @@ def cmd_smoke(root: Path, args) -> int:
 def cmd_build(root: Path, args) -> int:
     t0 = time.perf_counter()
     if not args.no_execute:
-        run_jobs(root, chapter_jobs(root, pipeline.chapters(root)), args.jobs, "chapters (ci)")
+        run_jobs(root, chapter_jobs(root, layout.chapters(root)), args.jobs, "chapters (ci)")
     _timed("jupyter-book build", build_book, root)
     print(f"book built in {time.perf_counter() - t0:.1f} s: open {root / '_build/html/index.html'}")
     return 0
@@ -266,7 +268,7 @@ def _check(root: Path, args, extra: list) -> int:
     t0 = time.perf_counter()
     try:
         _timed("freshness", fresh, root)
-    except pipeline.PipelineError as exc:
+    except layout.PipelineError as exc:
         print(f"gradcore: freshness: {exc}", file=sys.stderr, flush=True)
         print(f"check FAILED (freshness) in {time.perf_counter() - t0:.1f} s")
         return 1
@@ -284,18 +286,18 @@ def cmd_test(root: Path, args) -> int:
     unit = jobs.Job("unit tests", jobs.python("-m", "pytest", "tests", "-q", "-p", "no:cacheprovider"), 60.0, quiet=True)
     # pyproject.toml's [tool.ruff] says what is checked
     lint = jobs.Job("lint", jobs.python("-m", "ruff", "check", "gradcore", "tests", "bench"), 5.0)
-    return _check(root, args, [unit, lint, *smoke_jobs(root, root / pipeline.SMOKE_DIR / "data")])
+    return _check(root, args, [unit, lint, *smoke_jobs(root, root / layout.SMOKE_DIR / "data")])
 
 
 def cmd_tolerances(root: Path, args) -> int:
-    changed = pipeline.sync_tolerances(root)
+    changed = freshness.sync_tolerances(root)
     print("\n".join(f"updated {path}" for path in changed) or "every notebook already carries its chapter's tolerances")
     return 0
 
 
 def cmd_results(root: Path, args) -> int:
-    pipeline.write_results_page(root)
-    print(f"wrote {pipeline.RESULTS_PAGE}")
+    status.write_results_page(root)
+    print(f"wrote {status.RESULTS_PAGE}")
     return 0
 
 
@@ -315,7 +317,7 @@ def _drift_log_report(path: Path) -> int:
     import json
 
     if not path.is_file():
-        raise pipeline.PipelineError(f"no drift log at {path}: run `GRADCORE_DRIFT_LOG={path} gradcore check` first")
+        raise layout.PipelineError(f"no drift log at {path}: run `GRADCORE_DRIFT_LOG={path} gradcore check` first")
     largest: dict = {}
     outside = []
     for line in path.read_text().splitlines():
@@ -337,15 +339,15 @@ def _drift_log_report(path: Path) -> int:
 
 def _drift_run(root: Path, label: str | None, assignments: list[str], jobs_option: int | None = None) -> int:
     if not label or not label.replace("-", "").replace("_", "").isalnum():
-        raise pipeline.PipelineError(f"drift run needs a LABEL of letters, digits, - and _ (got {label!r})")
+        raise layout.PipelineError(f"drift run needs a LABEL of letters, digits, - and _ (got {label!r})")
     environment = {}
     for item in assignments:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise pipeline.PipelineError(f"drift run: {item!r} is not VAR=VALUE")
+            raise layout.PipelineError(f"drift run: {item!r} is not VAR=VALUE")
         environment[name] = value
     out = root / DRIFT_DIR / label
-    run_jobs(root, chapter_jobs(root, pipeline.chapters(root), out_dir=out, label=f"run [{label}]",
+    run_jobs(root, chapter_jobs(root, layout.chapters(root), out_dir=out, label=f"run [{label}]",
                                 environment=environment), jobs_option, f"drift run {label}")
     print(f"wrote {out.relative_to(root)}/: compare with `gradcore drift report {label}`")
     return 0
@@ -364,7 +366,7 @@ def cmd_seeds(root: Path, args) -> int:
     """
     import json
 
-    names = args.chapter or list(pipeline.chapters(root))
+    names = args.chapter or list(layout.chapters(root))
     started = time.time()
     report = {claims.REPORT_VARIABLE: "1"}
     job_list = [job for seed in args.seeds
@@ -372,7 +374,7 @@ def cmd_seeds(root: Path, args) -> int:
                                         environment=report)]
     try:
         run_jobs(root, job_list, args.jobs, f"chapters at seeds {', '.join(map(str, args.seeds))}")
-    except pipeline.PipelineError as exc:
+    except layout.PipelineError as exc:
         print(exc)
     summary_path = root / "notebooks" / "seeds.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
@@ -399,10 +401,10 @@ def cmd_seeds(root: Path, args) -> int:
                             "failed somewhere": [{"claim": r["claim"], "failed": r["failed"], "missing": r["missing"]}
                                                  for r in failing],
                             "date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": _commit(root)}
-    pipeline.write_text_atomically(summary_path, json.dumps(dict(sorted(summary.items())), indent=1) + "\n")
+    notebooks.write_text_atomically(summary_path, json.dumps(dict(sorted(summary.items())), indent=1) + "\n")
     status_path = root / "notebooks" / "status.json"
     if status_path.exists():
-        pipeline.write_status_page(root, json.loads(status_path.read_text()))
+        status.write_status_page(root, json.loads(status_path.read_text()))
     print(f"\nwrote {summary_path.relative_to(root)}")
     print("\nevery claim held at every seed" if not shaky else f"\n{shaky} claim(s) or run(s) did not hold at every seed")
     return 1 if shaky else 0
@@ -427,12 +429,12 @@ def _drift_report(root: Path, labels: list[str]) -> int:
     base = root / DRIFT_DIR
     labels = labels or sorted(p.name for p in base.glob("*") if p.is_dir())
     if not labels:
-        raise pipeline.PipelineError(f"no drift runs in {DRIFT_DIR}/: `gradcore drift run LABEL VAR=VALUE ...` first")
+        raise layout.PipelineError(f"no drift runs in {DRIFT_DIR}/: `gradcore drift run LABEL VAR=VALUE ...` first")
     clean = reproducibility.sanitizer(root / SANITIZE)
     failed = 0
     for label in labels:
         if not (base / label).is_dir():
-            raise pipeline.PipelineError(f"no drift run {label!r} in {DRIFT_DIR}/")
+            raise layout.PipelineError(f"no drift run {label!r} in {DRIFT_DIR}/")
         report = reproducibility.measure_drift(root / "notebooks", base / label, label, clean)
         print(f"\n== {label}: largest move per chapter and kind of number (committed -> {label})")
         print(f"   {'chapter':<20} {'kind':<10} {'moved':>10} {'allowed':>22}  where")
@@ -543,7 +545,7 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.fn(_root(), args)
-    except pipeline.PipelineError as exc:
+    except layout.PipelineError as exc:
         print(f"gradcore: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -26,7 +26,7 @@ result really changes:
 The tolerances are declared once per chapter, in its front matter (``gradcore: tolerance:``),
 and may be overridden for one cell with the cell metadata key ``tolerance``; they were
 chosen from measured drift (``gradcore drift``; README, "Testing"). The nbval plugin
-:mod:`gradcore.nbval_tolerance` applies this comparison to every cell.
+:mod:`gradcore.book.nbval_tolerance` applies this comparison to every cell.
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-#: The display type under which :class:`gradcore.claims.Table` and ``Claims`` also emit their cells.
-TABLE_MIME = "application/vnd.gradcore.table+json"
+from ..claims import TABLE_MIME
 
 #: A number as printed: optional sign, digits with an optional fraction, optional exponent.
 NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
