@@ -193,7 +193,7 @@ def dlg(device: str) -> list:
 
 
 def what_protects(device: str) -> list:
-    from gradcore import exclusivity
+    from gradcore.analysis import exclusivity
 
     s = papers.WHAT_PROTECTS.settings("paper")
     digits, photos = data.load("digits"), data.load("photos", size=s.photo_size)

@@ -15,11 +15,10 @@ The library behind the gradcore book. One module per concept:
 * :mod:`gradcore.flower`: a real Flower deployment on loopback, with a curious server that keeps every client's update;
 * :mod:`gradcore.scenarios`: a client's situation (its private batch, the model it received), ready to attack;
 * :mod:`gradcore.experiments`: the chapters' experiments (scenarios re-exported);
-* :mod:`gradcore.linear`: the exact numpy analysis of the linear unit;
-* :mod:`gradcore.walkback`: Proposition 3.1, the exact walk-back through fully-connected layers;
-* :mod:`gradcore.exclusivity`: neuron exclusivity (Pan et al., 2022): ExAN analysis, secure boundary, artifact batches,
-  exclusivity reduction;
-* :mod:`gradcore.minimal`: minimal model structure for input reconstruction (closed forms, counting, deconvolution);
+* :mod:`gradcore.analysis`: the exact analyses, a wing of their own (float64 numpy where the maths is exact):
+  ``dense`` (one dense network), ``linear`` (the linear unit), ``walkback`` (Geiping et al.'s Proposition 3.1),
+  ``exclusivity`` (Pan et al., 2022: ExAN, secure boundary, artifact batches, reduction), ``minimal``
+  (minimal model structure: closed forms, counting, deconvolution), ``blas`` (BLAS thread control);
 * :mod:`gradcore.metrics`: MSE, PSNR, SSIM, LPIPS;
 * :mod:`gradcore.plots`: the book's figures;
 * :mod:`gradcore.claims`: paper-vs-reproduced tables that chapters assert on;
@@ -42,9 +41,9 @@ __version__ = "0.1.0"
 
 #: Submodules, imported on first use (``gradcore.data``, ``from gradcore import data``): the command
 #: line (``gradcore run``, ``gradcore test``) and the output check start without importing torch.
-SUBMODULES = ("attacks", "blas", "book", "claims", "client", "data", "defenses", "dense", "errors", "evaluation", "exclusivity",
-              "experiments", "federated", "flower", "generative", "gradients", "linear", "metrics", "minimal", "models",
-              "papers", "plots", "privacy", "registry", "scenarios", "training", "validation", "walkback")
+SUBMODULES = ("analysis", "attacks", "book", "claims", "client", "data", "defenses", "errors", "evaluation",
+              "experiments", "federated", "flower", "generative", "gradients", "metrics", "models", "papers",
+              "plots", "privacy", "registry", "scenarios", "training", "validation")
 #: Names the package exports from its submodules, imported with them on first use.
 EXPORTS = {
     "ATTACKS": "attacks", "AttackResult": "attacks", "attack": "attacks", "infer_labels": "attacks",

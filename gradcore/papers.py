@@ -145,7 +145,7 @@ DLG = PAPERS.add("dlg", Paper(
     common={
         # Sec. 1 of the chapter: the linear unit (the source's demonstration).
         # The step is a rule, not a number: half the stable limit 2 / L of the matching distance's curvature at the
-        # private input, bounded from the shared gradient (gradcore.linear.step_size). A fixed step chosen on one draw
+        # private input, bounded from the shared gradient (gradcore.analysis.linear.step_size). A fixed step chosen on one draw
         # fails on others: 0.01 locked onto 26 of 40 random digits within 400 steps, 0.03 diverged on 22 of them.
         "linear_step_fraction": 0.5,
         "linear_iterations": 400,
@@ -582,7 +582,7 @@ MINIMAL = PAPERS.add("minimal_structure", Paper(
         # Sec. 1: the CNN's two steps (demixing, then deconvolution) under that condition: "full reconstruction".
         "two_step": "full reconstruction",
         # (Sec. 2.3's condition for a convolution feeding the output directly, h >= (d/d')^2 C B,
-        # n0 >= n1 (B - 1) / (n1 - B), 1 < B < n1, is computed by gradcore.minimal.conv_counting, not compared.)
+        # n0 >= n1 (B - 1) / (n1 - B), 1 < B < n1, is computed by gradcore.analysis.minimal.conv_counting, not compared.)
     },
     smoke={"dlg": {"max_iter": 2}, "lbfgs": {"max_iter": 2}, "adam_iterations": 2, "lbfgs_iterations": 2, "dlg_iterations": 2, "deconvolution_iterations": 2,
            "race_repeats": 1, "saturation_draws": 2},
@@ -649,7 +649,7 @@ EXCLUSIVITY = PAPERS.add("neuron_exclusivity", Paper(
     },
     reported={
         # (Sec. 4's insecure condition, >= 2 ExANs at the last ReLU layer and >= 1 at every other, is the definition
-        # gradcore.exclusivity.state implements, not a number to compare.)
+        # gradcore.analysis.exclusivity.state implements, not a number to compare.)
         # Sec. 6, Fig. 5 left: largest one-pixel perturbation at first width 10, on [-1, 1] pixels (0.5 = 25% of the range).
         "largest_perturbation_width10": 0.5,
         "pixel_range": 2.0,

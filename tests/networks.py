@@ -3,7 +3,8 @@
 import numpy as np
 import torch
 
-from gradcore import dense, models
+from gradcore import models
+from gradcore.analysis import dense
 
 WIDTHS = (24, 16, 12, 8)  # input, two hidden layers, classes
 

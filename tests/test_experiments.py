@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from gradcore import data, dense, experiments, models
+from gradcore import data, experiments, models
+from gradcore.analysis import dense
 
 
 @pytest.fixture(scope="module")

@@ -124,3 +124,16 @@ def test_the_science_never_imports_the_book_wing():
     assert edges["gradcore.book.cli"] & wing  # the graph sees the wing's own imports
     upward = sorted((name, target) for name, targets in edges.items() if name not in wing for target in targets & wing)
     assert upward == []
+
+
+def test_the_analyses_sit_low():
+    """gradcore.analysis (exact numpy) builds on the argument checks and, for torch readers, on gradients:
+    never on attacks, scenarios, experiments or the book."""
+    edges = graph()[0]
+    wing = {name for name in modules() if name.startswith("gradcore.analysis.")}
+    assert {"gradcore.analysis.dense", "gradcore.analysis.walkback", "gradcore.analysis.exclusivity"} <= wing
+    allowed = wing | {"gradcore.analysis", "gradcore.registry", "gradcore.validation", "gradcore.errors",
+                      "gradcore.gradients"}
+    reached = {target for name in wing for target in edges.get(name, ())}
+    assert "gradcore.analysis.dense" in reached  # the graph sees the wing's own imports
+    assert reached <= allowed, sorted(reached - allowed)

@@ -26,17 +26,14 @@ from gradcore import (
     client,
     data,
     defenses,
-    dense,
-    exclusivity,
     generative,
     gradients,
     metrics,
-    minimal,
     models,
     privacy,
     validation,
-    walkback,
 )
+from gradcore.analysis import dense, exclusivity, minimal, walkback
 from gradcore.registry import UnknownNameError
 from gradcore.validation import GradcoreError, GradcoreTypeError, GradcoreValueError
 

@@ -4,11 +4,11 @@
   ``x = dL/dW_i / dL/db_i`` (Zhu et al., 2019, Sec. 3; Geiping et al., 2020, Prop. 3.1
   for one layer), from the best-conditioned row.
 * ``minimal_mlp``: the same closed form in least squares over every usable row (Qian et
-  al., Sec. 2.2; :func:`gradcore.minimal.first_layer_inversion`).
+  al., Sec. 2.2; :func:`gradcore.analysis.minimal.first_layer_inversion`).
 * ``two_step``: demixing the dense layer above one convolution, then deconvolving (Qian
-  et al., Sec. 2.3; :func:`gradcore.minimal.two_step`).
+  et al., Sec. 2.3; :func:`gradcore.analysis.minimal.two_step`).
 * ``walk_back``: the exact walk-back of Geiping et al. (2020, Prop. 3.1) through a ReLU
-  MLP (:func:`gradcore.walkback.walk_back_torch`).
+  MLP (:func:`gradcore.analysis.walkback.walk_back_torch`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from __future__ import annotations
 import torch
 
 from .. import gradients as grads
-from .. import minimal
 from .. import validation as check
-from ..walkback import walk_back_torch
+from ..analysis import minimal
+from ..analysis.walkback import walk_back_torch
 from .base import ATTACKS, AttackResult, Observation, first_linear
 
 
@@ -67,7 +67,7 @@ def two_step(observation: Observation, method: str = "auto", iterations: int = 2
     The model is ``Conv2d, activation, Flatten, Linear, ...`` (see
     :func:`gradcore.models.conv_mlp`); any other model is refused with a
     ``GradcoreValueError`` that says why. ``method`` and ``iterations`` are those of
-    :func:`gradcore.minimal.deconvolve`. The labels are not recovered.
+    :func:`gradcore.analysis.minimal.deconvolve`. The labels are not recovered.
     """
     if observation.batch_size != 1:
         raise check.AttackRefused(f"the two-step attack recovers one instance, not a batch of {observation.batch_size}")

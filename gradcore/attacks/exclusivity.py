@@ -1,12 +1,12 @@
 """The deterministic attacks of neuron exclusivity (Pan et al., USENIX Security 2022, Sec. 5).
 
 * ``exclusivity``: every sample of an insecure batch, exactly, from a ReLU MLP's gradient
-  (:func:`gradcore.exclusivity.reconstruct` on the float64 numpy network);
+  (:func:`gradcore.analysis.exclusivity.reconstruct` on the float64 numpy network);
 * ``exclusivity_hybrid``: on a CNN, the head's feature maps by the same attack, then each
   input by feature matching through the trunk (Fig. 4).
 
 The analysis they rest on (exclusive neurons, the secure boundary, artifact batches,
-exclusivity reduction) is :mod:`gradcore.exclusivity`.
+exclusivity reduction) is :mod:`gradcore.analysis.exclusivity`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import math
 import torch
 from torch import nn
 
-from .. import dense, walkback
-from .. import exclusivity as analysis
 from .. import validation as check
+from ..analysis import dense, walkback
+from ..analysis import exclusivity as analysis
 from .base import ATTACKS, AttackResult, Observation, OptimiserSteps, optimise
 
 
@@ -27,7 +27,7 @@ def exclusivity(observation: Observation, tolerance: float | None = None) -> Att
     """The deterministic attack of Pan et al. (2022, Sec. 5) on a torch ReLU MLP, as a registered attack.
 
     The model must be ``[Flatten] Linear (ReLU Linear)*`` with biased hidden layers, trained
-    with cross-entropy; the gradient is converted to float64 numpy and :func:`gradcore.exclusivity.reconstruct`
+    with cross-entropy; the gradient is converted to float64 numpy and :func:`gradcore.analysis.exclusivity.reconstruct`
     runs on it. The batch size comes from the observation; given labels are ignored (the
     attack reads them off the gradient).
 
@@ -78,7 +78,7 @@ def exclusivity_hybrid(observation: Observation, iterations: int = 100, toleranc
     """The two-stage attack on a CNN ``f = head . trunk`` (Pan et al., 2022, Sec. 5, Fig. 4).
 
     1. The head is an FCN whose gradient is the average gradient of its own input, the
-       trunk's feature maps: :func:`gradcore.exclusivity.reconstruct` recovers each sample's feature map and label.
+       trunk's feature maps: :func:`gradcore.analysis.exclusivity.reconstruct` recovers each sample's feature map and label.
     2. Each input is found by feature matching, ``min_x ||trunk(x) - feature_m||^2`` with
        ``x`` in ``[0, 1]`` (L-BFGS on a sigmoid parameterisation), one sample at a time in
        one batched objective.
@@ -88,7 +88,7 @@ def exclusivity_hybrid(observation: Observation, iterations: int = 100, toleranc
     iterations : int
         L-BFGS steps of the feature matching (``max_iter`` evaluations each).
     tolerance : float, optional
-        Of :func:`gradcore.exclusivity.loss_groups`; by default by dtype, as in :func:`exclusivity`.
+        Of :func:`gradcore.analysis.exclusivity.loss_groups`; by default by dtype, as in :func:`exclusivity`.
 
     Raises
     ------

@@ -16,8 +16,9 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from .. import attacks, data, linear, metrics
+from .. import attacks, data, metrics
 from .. import validation as check
+from ..analysis import linear
 from ..claims import Table, bounded
 from ..scenarios import Scenario, scenario
 
@@ -119,8 +120,8 @@ def linear_descent_draws(dataset: data.Dataset, draws: int, iterations: int, see
 
     Draw ``n`` (seed ``seed + n``) is a private digit, a freshly initialised unit and a
     uniform dummy; the step is ``multiple`` times the draw's step rule
-    (:func:`gradcore.linear.step_size` at ``fraction``, from the shared gradient). All draws
-    descend together in float64 numpy (:func:`gradcore.linear.descent`, the torch attack's
+    (:func:`gradcore.analysis.linear.step_size` at ``fraction``, from the shared gradient). All draws
+    descend together in float64 numpy (:func:`gradcore.analysis.linear.descent`, the torch attack's
     arithmetic), so a claim about DLG on single digits is a rate over hundreds of draws, not
     one draw.
     """

@@ -2,7 +2,7 @@
 
 Surveys over widths and training, the Fig. 5 sweeps, the reduction's accuracy and the
 attack sweeps: networks built, trained and measured. The exact analysis they measure with
-(exclusive neurons, the secure boundary, artifact batches) is :mod:`gradcore.exclusivity`;
+(exclusive neurons, the secure boundary, artifact batches) is :mod:`gradcore.analysis.exclusivity`;
 the attacks are :mod:`gradcore.attacks.exclusivity`; the reduction is
 :func:`gradcore.defenses.exclusivity_reduction`.
 """
@@ -15,11 +15,12 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .. import attacks, data, defenses, dense, models, training
+from .. import attacks, data, defenses, models, training
 from .. import gradients as grads
 from .. import validation as check
-from ..blas import single_thread
-from ..exclusivity import Artifact, artifact_batch, find_batch, moved_share, survey
+from ..analysis import dense
+from ..analysis.blas import single_thread
+from ..analysis.exclusivity import Artifact, artifact_batch, find_batch, moved_share, survey
 
 
 @dataclass
@@ -80,7 +81,7 @@ def dlg_on_insecure_batches(dataset: data.Dataset, model: torch.nn.Module, count
     The control behind "the deterministic attack stably outperforms learning-based attacks"
     (Pan et al., Sec. 4 and 7.2): whether DLG recovers an insecure batch is a matter of the
     batch, so the comparison is only informative where DLG fails on most of them. Batches are
-    drawn with :func:`gradcore.exclusivity.find_batch` (``rng``, ``tries``) from ``dataset``.
+    drawn with :func:`gradcore.analysis.exclusivity.find_batch` (``rng``, ``tries``) from ``dataset``.
     """
     check.positive_int("count", count)
     network = dense.from_torch(model)

@@ -1,6 +1,6 @@
 """The minimal-structure chapter's experiments: sweeps, surveys, galleries and the race.
 
-Each runs the analysis of :mod:`gradcore.minimal` or a registered attack over a chapter's
+Each runs the analysis of :mod:`gradcore.analysis.minimal` or a registered attack over a chapter's
 settings (Qian, Nassar and Hansen, "Minimal Model Structure Analysis for Input
 Reconstruction in Federated Learning") and returns what the chapter prints or plots.
 """
@@ -17,8 +17,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .. import attacks, client, minimal, models
+from .. import attacks, client, models
 from .. import validation as check
+from ..analysis import minimal
 from ..claims import Table
 from ..scenarios import scenario, scenarios
 

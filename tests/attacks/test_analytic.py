@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import gradcore
-from gradcore import attacks, client, minimal, models
+from gradcore import attacks, client, models
+from gradcore.analysis import minimal
 
 from .helpers import digit, random_images
 

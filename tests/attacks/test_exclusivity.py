@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 import gradcore
-from gradcore import dense
-from gradcore import exclusivity as ex
+from gradcore.analysis import dense
+from gradcore.analysis import exclusivity as ex
 
 
 def test_registered_attack_on_a_torch_mlp():

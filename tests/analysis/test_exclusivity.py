@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 import gradcore
-from gradcore import dense, experiments
-from gradcore import exclusivity as ex
+from gradcore import experiments
+from gradcore.analysis import dense
+from gradcore.analysis import exclusivity as ex
 
 
 def _batch(rng, size, dim=16):
@@ -243,7 +244,7 @@ def test_artifact_batch_refuses_bad_targets_and_bounds():
 
 def test_entry_points_refuse_what_is_not_a_network_or_a_batch():
     network, inputs, labels = _insecure((16, 64, 5), 3)
-    with pytest.raises(TypeError, match="must be a ReLU gradcore.dense.DenseNetwork"):
+    with pytest.raises(TypeError, match="must be a ReLU gradcore.analysis.dense.DenseNetwork"):
         ex.analyse("network", inputs)
     with pytest.raises(ValueError, match=r"inputs must be shaped \(16,\) or \(B, 16\)"):
         ex.analyse(network, inputs[:, :5])

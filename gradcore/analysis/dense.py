@@ -2,9 +2,9 @@
 
 One :class:`DenseNetwork` (weights, optional biases, one hidden activation, optionally
 no activation after the first layer) serves the walk-back of Geiping et al. (2020,
-Prop. 3.1; :mod:`gradcore.walkback`), the closed forms of Qian et al.
-(:mod:`gradcore.minimal`) and the exclusivity analysis of Pan et al. (2022;
-:mod:`gradcore.exclusivity`): its :func:`forward` pass, its batch-mean :func:`loss_value`
+Prop. 3.1; :mod:`gradcore.analysis.walkback`), the closed forms of Qian et al.
+(:mod:`gradcore.analysis.minimal`) and the exclusivity analysis of Pan et al. (2022;
+:mod:`gradcore.analysis.exclusivity`): its :func:`forward` pass, its batch-mean :func:`loss_value`
 and the :func:`gradients` of that loss by backpropagation (checked against finite
 differences and against torch in the tests), plus :func:`from_torch` to copy a torch MLP.
 Independent of torch except for that conversion.
@@ -20,8 +20,8 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 from torch import nn
 
-from .registry import Registry
-from .validation import AttackRefused, GradcoreValueError
+from ..registry import Registry
+from ..validation import AttackRefused, GradcoreValueError
 
 
 class Activation(NamedTuple):

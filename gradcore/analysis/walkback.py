@@ -28,13 +28,13 @@ weighted combination ``sum_k w_k a_k`` of the batch's inputs (see
 
 Two halves:
 
-* float64 numpy, on the dense network of :mod:`gradcore.dense` (its forward pass and
+* float64 numpy, on the dense network of :mod:`gradcore.analysis.dense` (its forward pass and
   analytic gradient): :func:`walk_back`, and the analyses a
   chapter asserts on: :func:`central_difference_check`, :func:`magnitude_invariance`,
   :func:`batch_mixture_weights`, :func:`dead_layer_network`, :func:`blocked_fraction`;
 * torch: :func:`walk_back_torch` for the ``nn.Sequential`` MLPs that
   ``gradcore.models.build("mlp", ..., activation="relu")`` returns, and
-  :func:`gradient_pairs_from_torch` (with :func:`gradcore.dense.from_torch`) to compare the two.
+  :func:`gradient_pairs_from_torch` (with :func:`gradcore.analysis.dense.from_torch`) to compare the two.
 
 The walk itself is written once (:func:`_walk`) for numpy arrays and torch tensors.
 """
@@ -49,6 +49,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..validation import AttackRefused, GradcoreValueError
 from .dense import (
     DenseNetwork,
     LayerGradients,
@@ -65,7 +66,6 @@ from .dense import (
     scale_gradients,
     softmax,
 )
-from .validation import AttackRefused, GradcoreValueError
 
 # ----------------------------------------------------------------------------------
 # The walk-back
@@ -582,7 +582,7 @@ def dead_layer_probability(widths: Sequence[int]) -> float:
 def _linear_layers(model: nn.Module) -> list[tuple[int, nn.Linear]]:
     """``(module index, layer)`` of each Linear in a ``[Flatten...] Linear (ReLU Linear)*`` Sequential.
 
-    :func:`gradcore.dense.linear_layers` parses the network; the walk-back adds its own
+    :func:`gradcore.analysis.dense.linear_layers` parses the network; the walk-back adds its own
     condition, a ReLU after every hidden Linear (Proposition 3.1 divides through ReLU layers).
     """
     layers, activation, first_activation = linear_layers(model)

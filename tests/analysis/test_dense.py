@@ -1,4 +1,4 @@
-"""gradcore.dense: the float64 dense network every exact analysis shares, and its gradient.
+"""gradcore.analysis.dense: the float64 dense network every exact analysis shares, and its gradient.
 
 Outside references: central differences of the loss and torch autograd
 (``batch_gradient``) for the gradients, with ReLU, sigmoid and tanh activations and
@@ -13,9 +13,10 @@ import torch
 from networks import WIDTHS, network_and_sample, torch_mlp  # noqa: E402
 
 import gradcore
-from gradcore import defenses, dense, models
+from gradcore import defenses, models
 from gradcore import gradients as grads
-from gradcore import walkback as wb
+from gradcore.analysis import dense
+from gradcore.analysis import walkback as wb
 
 
 @pytest.mark.parametrize("bias, loss", [(True, "cross_entropy"), ([False, False, True], "cross_entropy"),

@@ -44,7 +44,7 @@ Choices where the source is loose (stated again in the chapter):
   two-step attack here undoes one convolution.
 
 Numpy float64 for the exact part (the network and its analytic gradient are
-:mod:`gradcore.dense`'s, with a sigmoid, ReLU or tanh activation); torch readers
+:mod:`gradcore.analysis.dense`'s, with a sigmoid, ReLU or tanh activation); torch readers
 (:func:`first_layer_gradients`, :func:`two_step`) take gradients from a torch model.
 """
 
@@ -58,8 +58,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import gradients as grads
-from . import validation as check
+from .. import gradients as grads
+from .. import validation as check
 from .blas import single_thread
 from .dense import ACTIVATION_FUNCTIONS
 

@@ -52,7 +52,7 @@ Choices and limits, stated rather than hidden:
   samples and their counts; nothing divides by zero (a group of exclusive rows whose bias
   gradients all vanish is reported as such).
 
-Conventions follow :mod:`gradcore.dense`: float64 :class:`~gradcore.dense.DenseNetwork`,
+Conventions follow :mod:`gradcore.analysis.dense`: float64 :class:`~gradcore.analysis.dense.DenseNetwork`,
 layers ``0 .. L-1``, ``L = H + 1``; "ReLU layer ``i``" (``i = 1 .. H``, the paper's index)
 is the output of linear layer ``i - 1``.
 """
@@ -69,8 +69,8 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from torch import nn
 
+from .. import validation as check
 from . import dense
-from . import validation as check
 from .dense import DenseNetwork
 
 STATES = ("insecure", "secure", "neither")
@@ -87,7 +87,7 @@ class NotInsecureError(check.AttackRefused):
 
 def _check_network(network) -> None:
     if not isinstance(network, DenseNetwork) or network.activation != "relu":
-        raise check.GradcoreTypeError(f"network must be a ReLU gradcore.dense.DenseNetwork (dense.from_torch converts a "
+        raise check.GradcoreTypeError(f"network must be a ReLU gradcore.analysis.dense.DenseNetwork (dense.from_torch converts a "
                                       f"torch MLP); got {check.describe(network)}")
 
 
@@ -247,7 +247,7 @@ def analyse(network: DenseNetwork, inputs: np.ndarray, first_relu: bool = True, 
     Raises
     ------
     GradcoreValueError, GradcoreTypeError
-        Not a :class:`~gradcore.dense.DenseNetwork`, inputs that are not a finite batch
+        Not a :class:`~gradcore.analysis.dense.DenseNetwork`, inputs that are not a finite batch
         ``(B, d0)``, labels outside the classes; never for the state of the batch.
     """
     check.boolean("first_relu", first_relu)
@@ -401,7 +401,7 @@ def reconstruct(network: DenseNetwork, layer_gradients: Sequence, batch_size: in
     network : DenseNetwork
         The shared model, a bias on every hidden layer.
     layer_gradients : sequence of (numpy.ndarray, numpy.ndarray or None)
-        The batch-mean cross-entropy gradient, as :func:`gradcore.dense.gradients` returns it.
+        The batch-mean cross-entropy gradient, as :func:`gradcore.analysis.dense.gradients` returns it.
     batch_size : int
         ``M``, known to the server.
     tolerance : float

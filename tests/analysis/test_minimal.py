@@ -1,4 +1,4 @@
-"""Tests of gradcore.minimal: Qian, Nassar and Hansen's minimal-structure closed forms."""
+"""Tests of gradcore.analysis.minimal: Qian, Nassar and Hansen's minimal-structure closed forms."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import gradcore
-from gradcore import dense, experiments, minimal, models
+from gradcore import experiments, models
+from gradcore.analysis import dense, minimal
 
 
 def _single(widths, activation, seed=0, label=3):

@@ -1,4 +1,4 @@
-"""gradcore.walkback: Proposition 3.1 of Inverting Gradients, and the analyses built on it.
+"""gradcore.analysis.walkback: Proposition 3.1 of Inverting Gradients, and the analyses built on it.
 
 Outside references: central differences of the loss, torch autograd (``batch_gradient``)
 for the gradients and softmax residuals, and the private inputs themselves, which the
@@ -14,9 +14,10 @@ import pytest
 import torch
 from networks import WIDTHS, network_and_sample, torch_mlp  # noqa: E402
 
-from gradcore import client, dense, models
+from gradcore import client, models
 from gradcore import gradients as grads
-from gradcore import walkback as wb
+from gradcore.analysis import dense
+from gradcore.analysis import walkback as wb
 
 # ----------------------------------------------------------------------------------
 # Analytic gradients

@@ -1,4 +1,4 @@
-"""gradcore.linear: the exact numpy analysis of the linear unit.
+"""gradcore.analysis.linear: the exact numpy analysis of the linear unit.
 
 Outside references: central finite differences of the loss, the digits rows
 themselves, the residual-weighted average computed by hand, and torch's autograd
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from gradcore import gradients, linear
+from gradcore import gradients
+from gradcore.analysis import linear
 
 
 @pytest.fixture
