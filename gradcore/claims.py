@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import math
+import numbers
 import os
 import re
 from dataclasses import dataclass
@@ -33,9 +34,12 @@ def report_only() -> bool:
 
 
 def format_value(value) -> str:
-    """How a table prints a value: yes/no, 4 significant digits (3 in scientific notation)."""
+    """How a table prints a value: yes/no, 4 significant digits (3 in scientific notation), integers
+    whole, with thousands separators from five digits on (2,797,096 parameters; 4800 iterations)."""
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, numbers.Integral):
+        return f"{int(value):,}" if abs(int(value)) >= 10_000 else str(int(value))
     if isinstance(value, float):
         if value == 0 or math.isnan(value) or math.isinf(value):
             return f"{value:g}"

@@ -25,15 +25,13 @@ from __future__ import annotations
 import copy
 import inspect
 import math
-import statistics
-import time
 from typing import Callable, Sequence
 
 import torch
 from torch import nn
 
 from . import validation as check
-from .gradients import Gradient, batch_gradient, loss_after_update, norm, stateless
+from .gradients import Gradient, loss_after_update, norm, stateless
 from .registry import Registry
 
 DEFENSES: Registry = Registry("defense")
@@ -50,7 +48,6 @@ def context(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, loss: 
     return {"model": model, "inputs": inputs, "labels": labels, "loss": loss}
 
 
-context_of = context  # inside functions whose ``context`` argument hides the module-level name
 
 
 def defend(gradient: Sequence[torch.Tensor], name: str, seed: int = 0, context: dict | None = None, **options) -> Gradient:
@@ -498,76 +495,3 @@ def censor(gradient: Gradient, generator: torch.Generator, trials: int = 20, lr:
         if best is None or value < best_loss:
             best, best_loss = candidate, value
     return best
-
-
-def projection_cosines(gradient: Sequence[torch.Tensor], generator: torch.Generator) -> dict:
-    """Cosine of each layer's projected draw to the true layer gradient, exact vs released code.
-
-    Returns ``{"exact": [...], "public": [...], "norms": [...]}``, one entry per layer with
-    a non-zero gradient: the exact projection is orthogonal to round-off, the released
-    one only where the layer's norm happens to be 1.
-    """
-    result = {"exact": [], "public": [], "norms": []}
-    for g in gradient:
-        if g.norm() == 0:
-            continue
-        r = torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device)
-        for kind in PROJECTIONS:
-            p = orthogonal_projection(r, g, kind)
-            result[kind].append(((p * g).sum() / (p.norm() * g.norm())).item())
-        result["norms"].append(g.norm().item())
-    return result
-
-
-# ----------------------------------------------------------------------------------
-# Overhead
-# ----------------------------------------------------------------------------------
-
-
-def overhead(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, name: str, loss: str = "cross_entropy",
-             repeats: int = 5, seed: int = 0, **options) -> float:
-    """Time of the defense divided by the time of computing the gradient it defends.
-
-    Both are the median of ``repeats`` wall-clock runs. Timings vary between runs and
-    machines: print them only in a sanitised form (e.g. a ``wall ...`` line) and never
-    assert more than a sanity check.
-    """
-    if repeats < 1:
-        raise check.GradcoreValueError(f"repeats must be at least 1, got {repeats}")
-    context = context_of(model, inputs, labels, loss)
-    gradient_times, defense_times = [], []
-    for repeat in range(repeats):
-        start = time.perf_counter()
-        gradient = tuple(g.detach() for g in batch_gradient(model, inputs, labels, loss))
-        gradient_times.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        defend(gradient, name, seed=seed + repeat, context=context, **options)
-        defense_times.append(time.perf_counter() - start)
-    return statistics.median(defense_times) / max(statistics.median(gradient_times), 1e-9)
-
-
-def overheads(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, specs: dict, loss: str = "cross_entropy",
-              repeats: int = 7, seed: int = 0) -> dict:
-    """:func:`overhead` of several defenses, interleaved: ``{label: median defense time / median gradient time}``.
-
-    ``specs`` maps a label to ``{"defense": name, **options}``. Each repeat times one
-    gradient and then every defense in turn, so a slower moment of a shared machine hits
-    all of them alike; the ratios between defenses (CENSOR vs Soteria, Zhang et al.,
-    NDSS 2025, App. B) are then steadier than their absolute times.
-    """
-    if repeats < 1:
-        raise check.GradcoreValueError(f"repeats must be at least 1, got {repeats}")
-    context = context_of(model, inputs, labels, loss)
-    gradient_times, defense_times = [], {label: [] for label in specs}
-    for repeat in range(repeats):
-        start = time.perf_counter()
-        gradient = tuple(g.detach() for g in batch_gradient(model, inputs, labels, loss))
-        gradient_times.append(time.perf_counter() - start)
-        for label, spec in specs.items():
-            options = {k: v for k, v in spec.items() if k != "defense"}
-            start = time.perf_counter()
-            defend(gradient, spec["defense"], seed=seed + repeat, context=context, **options)
-            defense_times[label].append(time.perf_counter() - start)
-    base = max(statistics.median(gradient_times), 1e-9)
-    return {label: statistics.median(times) / base for label, times in defense_times.items()}
-

@@ -7,12 +7,14 @@ against the private batch. It returns an :class:`Evaluation`, a flat list of :cl
 records with a small query API, from which a chapter takes a table per metric and the
 data of a heat-map figure.
 
-The attacks it runs are the registered ones (:mod:`gradcore.attacks`).
+The attacks it runs are the registered ones (:mod:`gradcore.attacks`). The experiments built
+on it live with the chapters' experiments: deployments, their rounds and defense strengths in
+:mod:`gradcore.experiments.deployments`, what a defense does to the gradient in
+:mod:`gradcore.experiments.diagnostics`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import sys
 from dataclasses import dataclass, field
@@ -22,13 +24,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from . import data, federated, plots
-from . import gradients as grads
 from . import metrics as quality
+from . import plots
 from .attacks import attack
 from .claims import Table
 from .errors import AttackRefused
-from .scenarios import scenarios as draw_scenarios
 
 # ----------------------------------------------------------------------------------
 # The matrix
@@ -254,7 +254,7 @@ class Evaluation:
     def weakest(self, defense: str, attacks: Sequence[str] | None = None, scenarios: Sequence[str] | None = None) -> tuple:
         """``(scenario, attack, MSE / gray MSE)`` of the attack that did best against ``defense``.
 
-        With one scenario per training round (:func:`over_rounds`) this is the round and the
+        With one scenario per training round (:func:`gradcore.experiments.deployments.over_rounds`) this is the round and the
         attack where a deployment is weakest: a deployment is only as safe as its worst round.
         Refused cells count as the gray guess; ties go to the earliest scenario.
         """
@@ -273,7 +273,7 @@ class Evaluation:
 
     def update(self, other: "Evaluation") -> "Evaluation":
         """Add ``other``'s cells (and its scenarios', attacks' and defenses' labels) to this one; returns it."""
-        _merge(self, other)
+        merge(self, other)
         for name in ("scenarios", "attacks", "defenses"):
             getattr(self, name).extend(x for x in getattr(other, name) if x not in getattr(self, name))
         return self
@@ -392,223 +392,9 @@ def matrix(attacks: Mapping[str, Mapping], defenses: Mapping[str, Mapping], scen
     return result
 
 
-# ----------------------------------------------------------------------------------
-# What a defense does to the gradient, and where a decoy leads the attacker
-# ----------------------------------------------------------------------------------
-
-
-def gradient_effects(case, defenses: Mapping[str, Mapping], seed: int = 0) -> Table:
-    """Per defense: cosine of the shared gradient to the true one, its norm ratio, and its worst layer cosine.
-
-    The cosine is what the cosine + TV attack matches; a per-layer cosine near 0 means
-    every layer's direction is gone, not just the whole vector's.
-    """
-    true = case.gradient()
-    true_flat = grads.flatten(true)
-    rows = []
-    for label, spec in defenses.items():
-        shared = case.gradient(spec.get("defense"), seed=seed, **{k: v for k, v in spec.items() if k != "defense"})
-        flat = grads.flatten(shared)
-        cosine = float(flat @ true_flat / (flat.norm() * true_flat.norm()))
-        layers = [abs(c) for c in layer_cosines(shared, true)]
-        rows.append([label, f"{cosine:.4f}", f"{max(layers):.1e}" if max(layers) < 1e-3 else f"{max(layers):.4f}",
-                     f"{float(flat.norm() / true_flat.norm()):.4f}"])
-    return Table(f"What each defense shares ({case.name}, batch of {case.batch_size})",
-                 ["defense", "cosine to true gradient", "largest |cosine| of a layer", "norm / true norm"], rows)
-
-
-def misdirection(case, decoy_inputs: torch.Tensor, decoy_labels: torch.Tensor, attack_name: str, seed: int = 0,
-                 censor_lr: float = 0.1, **config) -> dict:
-    """CENSOR with a public image's gradient as the perturbation (Sec. V-E, Fig. 10), then attacked.
-
-    The client projects the decoy's gradient onto the orthogonal complement of its own
-    and rescales it per layer; the attacker inverts what is shared. Returns the
-    reconstruction, its MSE to the private batch and to the decoy, and the MSE of a gray
-    guess to the decoy. The attacker is not told the labels: it infers them from the
-    shared gradient. ``censor_lr`` is CENSOR's scoring step; ``config`` goes to the attack.
-    """
-    decoy_gradient = tuple(g.detach() for g in grads.batch_gradient(case.model, decoy_inputs, decoy_labels, case.loss))
-    shared = case.gradient("censor", seed=seed, perturbations=[decoy_gradient], lr=censor_lr)
-    # The attacker reads the labels off the shared gradient (as GGL does), so it meets the decoy's label.
-    outcome = attack(attack_name, case.model, shared, shape=case.shape, batch_size=case.batch_size, labels=None,
-                     loss=case.loss, seed=seed, progress=False, **config)
-    reconstruction = outcome.reconstruction.clamp(0, 1)
-    return {"reconstruction": reconstruction,
-            "mse_private": float(quality.mse(outcome.aligned(case.inputs).clamp(0, 1), case.inputs).mean()),
-            "mse_decoy": float(quality.mse(reconstruction[quality.align(reconstruction, decoy_inputs)], decoy_inputs).mean()),
-            "mse_gray_decoy": float(quality.mse(torch.full_like(decoy_inputs, 0.5), decoy_inputs).mean()),
-            "labels": outcome.labels}
-
-
-def layer_cosines(shared: Sequence[torch.Tensor], true: Sequence[torch.Tensor]) -> list[float]:
-    """Cosine between each layer of a shared gradient and the true one (layers where both are non-zero)."""
-    return [float((s * t).sum() / (s.norm() * t.norm())) for s, t in zip(shared, true) if s.norm() > 0 and t.norm() > 0]
-
-
-def clipped_direction(cases: Sequence, bound: float) -> tuple[float, int]:
-    """What clipping to ``bound`` leaves of each case's gradient: the least layer cosine to the raw gradient, in float64,
-    and on how many cases the bound acts at all (the raw gradient's norm above it).
-
-    Clipping multiplies the whole gradient by ``min(1, bound / norm)``, so the cosine is 1 up to
-    round-off: an attack that matches the direction faces the same objective as undefended.
-    """
-    least, active = 1.0, 0
-    for case in cases:
-        raw = [g.double() for g in case.gradient()]
-        shared = [g.double() for g in case.gradient("clip", bound=bound)]
-        least = min(least, *layer_cosines(shared, raw))
-        active += int(float(torch.sqrt(sum(g.pow(2).sum() for g in raw))) > bound)
-    return least, active
-
-
-def norm_ratios(shared: Sequence[torch.Tensor], true: Sequence[torch.Tensor]) -> list[float]:
-    """``||shared_l|| / ||true_l||`` per layer (layers with a non-zero true gradient)."""
-    return [float(s.norm() / t.norm()) for s, t in zip(shared, true) if t.norm() > 0]
-
-
-# ----------------------------------------------------------------------------------
-# Defenses that change the model instead of the gradient
-# ----------------------------------------------------------------------------------
-
-
-def with_architecture(evaluation: Evaluation, attacks: Mapping[str, Mapping], label: str, scenarios: Mapping[str, Sequence],
-                      seed: int = 0, progress: bool = True, baseline: str = "none") -> Evaluation:
-    """Add a column ``label`` for a defense that changes the architecture, e.g. exclusivity reduction.
-
-    Exclusivity reduction (Pan et al., USENIX Security 2022, Sec. 6) removes the ReLU after
-    the first hidden layer, so the client shares the plain gradient of another model.
-    ``scenarios`` maps a scenario of ``evaluation`` to its cases on the changed model (the
-    same private batches). Every attack that ran undefended on that scenario attacks the
-    changed model; one that refuses every case was defeated by the change and scores the
-    gray guess (a refused :class:`Cell`), not "not applicable". Scenarios left out get "n/a".
-    ``baseline`` is the column of the unchanged model (an attack that ran there, or refused
-    there, attacks the changed model).
-    ``evaluation`` is extended in place and returned.
-    """
-    for scenario_label, cases in scenarios.items():
-        ran = {a: {k: v for k, v in spec.items() if k not in ("scenarios", "defenses")} for a, spec in attacks.items()
-               if evaluation.ran(scenario_label, a, baseline) and "defenses" not in spec}
-        changed = matrix(ran, {label: {"defense": None}}, {scenario_label: cases}, evaluation.metrics, seed, progress)
-        for attack_label in ran:
-            if (scenario_label, attack_label) in changed.skipped:  # refused every case: the change blocked it
-                reason = changed.skipped[(scenario_label, attack_label)]
-                evaluation.add(Cell(scenario_label, attack_label, label, dict(changed.reference[scenario_label]),
-                                    [torch.full_like(case.inputs, 0.5) for case in cases], 0.0, [reason] * len(cases),
-                                    len(cases)))
-            elif changed.ran(scenario_label, attack_label, label):
-                evaluation.add(changed.cell(scenario_label, attack_label, label))
-    if label not in evaluation.defenses:
-        evaluation.defenses.append(label)
-    return evaluation
-
-
-def architecture_utility(dataset, build, rounds: int, seed: int = 0, test_fraction: float = 0.25, progress: bool = True,
-                         **options):
-    """Undefended FedSGD of the network ``build()`` returns: the utility of an architectural defense.
-
-    The same split, client sampling and server steps as :func:`gradcore.federated.compare`
-    (``options`` go to :func:`gradcore.federated.fedsgd`), so its log compares directly.
-    """
-    train_set, test_set = data.split(dataset, test_fraction, seed)
-    return federated.fedsgd(build(), train_set, test_set, rounds, seed=seed, progress=progress, **options)
-
-
-# ----------------------------------------------------------------------------------
-# Where a deployment is weakest: training rounds, and the strength of a defense
-# ----------------------------------------------------------------------------------
-
-
-def deployment_runs(dataset, build, deployments: Mapping[str, Mapping], rounds: int, at: Sequence[int], seed: int = 0,
-                    test_fraction: float = 0.25, progress: bool = True, **options) -> dict:
-    """FedSGD per deployment from the same initial model and client sampling, keeping the models at rounds ``at``.
-
-    ``build()`` returns a fresh network (the same initial weights each call);
-    ``deployments`` maps a label to ``{"defense": name or None, "defended_rounds": T or
-    None, **defense options}`` (``defended_rounds``: the defense runs in the first ``T``
-    rounds only, CENSOR's deployment; ``None``: every round), or to ``{"dp_sgd": {...}}``
-    for DP-SGD clients (:func:`gradcore.federated.fedsgd_snapshots`). ``options`` go to
-    :func:`gradcore.federated.fedsgd_snapshots`. Returns ``{label: (FederatedLog, {t: model})}``.
-    """
-    train_set, test_set = data.split(dataset, test_fraction, seed)
-    runs = {}
-    for label, spec in deployments.items():
-        defense_options = {k: v for k, v in spec.items() if k not in ("defense", "defended_rounds", "dp_sgd")}
-        runs[label] = federated.fedsgd_snapshots(build(), train_set, test_set, rounds, at=at, defense=spec.get("defense"),
-                                                defense_options=defense_options, defended_rounds=spec.get("defended_rounds"),
-                                                seed=seed, progress=progress, dp_sgd=spec.get("dp_sgd"), **options)
-    return runs
-
-
-def over_rounds(attacks: Mapping[str, Mapping], deployments: Mapping[str, Mapping], snapshots: Mapping[str, Mapping],
-                dataset, batch_size: int = 1, images: int = 1, metrics: Sequence[str] = ("mse", "psnr"), seed: int = 0,
-                progress: bool = True) -> Evaluation:
-    """Attack the update each deployment shares at several training rounds (CENSOR, Sec. III, Table V).
-
-    One scenario per round ``t`` ("round t"): the private images are the same at every
-    round (drawn with ``seed``), the model is the deployment's global model after ``t``
-    steps (``snapshots[label][t]``, from :func:`deployment_runs`), and the shared
-    gradient is defended as the deployment defends that round (not at all once
-    ``t >= defended_rounds``). Columns are the deployments; a refused attack is kept as a
-    refusal (``keep_refusals``). :meth:`Evaluation.weakest` then names the round where a
-    deployment is weakest.
-    """
-    import copy
-
-    rounds = sorted({t for runs in snapshots.values() for t in runs})
-    result = Evaluation([f"round {t}" for t in rounds], list(attacks), list(deployments), list(metrics))
-    for label, spec in deployments.items():
-        limit = spec.get("defended_rounds")
-        for t in rounds:
-            if t not in snapshots[label]:
-                continue
-            model = snapshots[label][t]
-            cases = draw_scenarios(dataset, lambda _, m=model: copy.deepcopy(m), batch_size, images, seed)
-            shared = {k: v for k, v in spec.items() if k != "defended_rounds"} if limit is None or t < limit else {"defense": None}
-            part = matrix(attacks, {label: shared}, {f"round {t}": cases}, metrics, seed, progress=False, keep_refusals=True)
-            _merge(result, part)
-    return result
-
-
-def strength_sweep(attacks: Mapping[str, Mapping], scenarios: Mapping[str, Sequence], defense: str, parameter: str,
-                   levels: Sequence[float], level: float = 1.0, start: Evaluation | None = None, start_label: str | None = None,
-                   metrics: Sequence[str] = ("mse", "psnr"), seed: int = 0, **options) -> tuple[Evaluation, float | None]:
-    """Raise one defense's strength until every attack is stopped; only attacks still leaking go on.
-
-    At each of the increasing ``levels`` of ``parameter`` (e.g. the noise's ``sigma``),
-    the (scenario, attack) pairs that ended below ``level`` times the gray guess's MSE at
-    the previous level are attacked again; a stopped pair stays stopped (a stronger
-    defense perturbs the same gradient more). ``start`` / ``start_label`` give the
-    first level's results from an existing matrix. Returns the sweep (one column per
-    level, labelled ``"{parameter} {value}"``; a pair is scored at the levels it ran at)
-    and the first level at which no pair leaks (``None`` if none of ``levels`` does).
-    """
-    columns = [f"{parameter} {value:g}" for value in levels]
-    result = Evaluation(list(scenarios), list(attacks), columns, list(metrics))
-    leaking = [(s, a) for s in scenarios for a in attacks]
-    first = None
-    for value, column in zip(levels, columns):
-        if start is not None and value == levels[0]:
-            part = Evaluation(start.scenarios, start.attacks, [column], start.metrics, truths=start.truths, reference=start.reference)
-            for cell in start.select(defense=start_label):
-                if cell.scenario in scenarios and cell.attack in attacks:
-                    part.add(dataclasses.replace(cell, defense=column))
-        else:
-            part = Evaluation(list(scenarios), list(attacks), [column], list(metrics))
-            for s in scenarios:
-                names = [a for s2, a in leaking if s2 == s]
-                if names:
-                    _merge(part, matrix({a: attacks[a] for a in names}, {column: {"defense": defense, parameter: value, **options}},
-                                        {s: scenarios[s]}, metrics, seed, progress=False, keep_refusals=True))
-        _merge(result, part)
-        leaking = [(s, a) for s, a in leaking if result.ran(s, a, column) and result.to_gray(s, a, column) < level]
-        if not leaking:
-            first = value
-            break
-    return result, first
-
-
-def _merge(into: Evaluation, part: Evaluation) -> None:
-    """Copy ``part``'s cells, references and images into ``into`` (same metrics)."""
+def merge(into: Evaluation, part: Evaluation) -> None:
+    """Copy ``part``'s cells, references and images into ``into`` (same metrics; labels as they are, unlike
+    :meth:`Evaluation.update`): how the deployment experiments assemble one evaluation from parts."""
     into.truths.update({s: t for s, t in part.truths.items() if s not in into.truths})
     into.reference.update({s: r for s, r in part.reference.items() if s not in into.reference})
     into.unmeasured.update(part.unmeasured)

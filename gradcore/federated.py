@@ -6,7 +6,8 @@ client shares a defended gradient? Clients get a Dirichlet label split (Hsu et a
 few clients, each computes the gradient of one local mini-batch and defends it, and
 the server averages the defended gradients and takes one SGD step (FedSGD, the setting
 the gradient-inversion papers attack). A defense can be limited to the first rounds,
-as CENSOR prescribes (Sec. III, observation 1).
+as CENSOR prescribes (Sec. III, observation 1). One run per deployment spec, from the same
+initial model and client sampling: :func:`gradcore.experiments.deployments.run`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from torch import nn
 from tqdm import tqdm
 
 from . import data as datasets
-from . import gradients, models, privacy
+from . import gradients, privacy
 from . import validation as check
 from .client import shared_gradient
 from .training import accuracy
@@ -106,32 +107,6 @@ def fedsgd(model: nn.Module, train_set: datasets.Dataset, test_set: datasets.Dat
     log, _ = fedsgd_snapshots(model, train_set, test_set, rounds, (), clients, per_round, alpha, batch_size, lr, defense,
                              defense_options, defended_rounds, evaluate_every, seed, loss, progress, dp_sgd, client_sampling)
     return log
-
-
-def compare(dataset: datasets.Dataset, model: str, defenses: dict, rounds: int, seed: int = 0, test_fraction: float = 0.25,
-            model_options: dict | None = None, progress: bool = True, test_set: datasets.Dataset | None = None,
-            **options) -> dict:
-    """One :func:`fedsgd` per defense from the same initial model and client sampling.
-
-    ``defenses`` maps a label to ``{"defense": name or None, "defended_rounds": n, **options}``;
-    ``options`` go to :func:`fedsgd` (clients, per_round, alpha, batch_size, lr, defended_rounds, ...).
-    A spec's own ``"defended_rounds"`` limits that defense alone to the first ``n`` rounds
-    (``None``: every round), overriding ``options``; so CENSOR can be limited to its first
-    rounds (Zhang et al., Sec. III) while the baselines run in every round.
-    With ``test_set`` given, ``dataset`` is the training set as it is (a data set's own
-    split, :func:`gradcore.data.train_test`); otherwise ``dataset`` is split by
-    :func:`gradcore.data.split`. Returns ``{label: FederatedLog}``.
-    """
-    train_set, test_set = (dataset, test_set) if test_set is not None else datasets.split(dataset, test_fraction, seed)
-    logs = {}
-    for label, spec in defenses.items():
-        network = models.build(model, train_set.shape, train_set.num_classes, seed=seed, **(model_options or {}))
-        defense_options = {k: v for k, v in spec.items() if k not in ("defense", "defended_rounds", "dp_sgd")}
-        limit = {"defended_rounds": spec["defended_rounds"]} if "defended_rounds" in spec else {}
-        logs[label], _ = fedsgd_snapshots(network, train_set, test_set, rounds, (), defense=spec.get("defense"),
-                                          defense_options=defense_options, seed=seed, progress=progress,
-                                          dp_sgd=spec.get("dp_sgd"), **{**options, **limit})
-    return logs
 
 
 def fedsgd_snapshots(model: nn.Module, train_set: datasets.Dataset, test_set: datasets.Dataset, rounds: int, at=(0,),

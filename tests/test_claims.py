@@ -107,6 +107,7 @@ def test_html_folds_a_reason_whole_and_links_the_reading_guide():
 @pytest.mark.parametrize("value, text", [
     (True, "yes"), (False, "no"), (0.0, "0"), (math.nan, "nan"), (math.inf, "inf"), (3e-17, "3e-17"),
     (0.5, "0.5"), (89.9, "89.9"), (1.23456, "1.235"), (12345.0, "1.23e+04"), (7, "7"), ("exact", "exact"),
+    (4800, "4800"), (-9999, "-9999"), (24576, "24,576"), (2797096, "2,797,096"), (-10_000, "-10,000"),
 ])
 def test_number_formatting(value, text):
     assert claims.format_value(value) == text

@@ -287,9 +287,6 @@ def test_censor_is_orthogonal_per_layer_and_norm_preserving():
     flat = defenses.defend(gradient, "censor", seed=3, context=context, trials=5, layerwise=False)
     assert abs(float(gradients.flatten(flat) @ gradients.flatten(gradient))) <= 1e-6 * float(gradients.norm(gradient)) ** 2
     assert float(gradients.norm(flat)) == pytest.approx(float(gradients.norm(gradient)), rel=1e-10)
-    cosines = defenses.projection_cosines(gradient, torch.Generator().manual_seed(0))
-    assert max(abs(c) for c in cosines["exact"]) < 1e-12
-    assert max(abs(c) for c in cosines["public"]) > 1e-3
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -354,14 +351,6 @@ def test_censor_leaves_batch_norm_statistics_alone():
     assert len(before) > 0
 
 
-def test_overhead_is_a_positive_ratio_and_checks_repeats():
-    model, inputs, labels, gradient, context = tiny_case()
-    ratio = defenses.overhead(model, inputs, labels, "censor", repeats=2, trials=2)
-    assert np.isfinite(ratio) and ratio > 0
-    with pytest.raises(ValueError, match="repeats"):
-        defenses.overhead(model, inputs, labels, "none", repeats=0)
-
-
 # ----------------------------------------------------------------------------------
 # Issue 14: a defense refuses a bad gradient or option before any work
 # ----------------------------------------------------------------------------------
@@ -424,17 +413,6 @@ def test_withhold_shares_zeros():
     gradient = (torch.randn(3, 2), torch.randn(2))
     shared = defenses.defend(gradient, "withhold")
     assert all(s.shape == g.shape and not s.any() for s, g in zip(shared, gradient))
-
-
-def test_overheads_interleaved_gives_one_positive_ratio_per_defense():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
-    inputs, labels = torch.rand(2, 12), torch.tensor([0, 2])
-    specs = {"clip": {"defense": "clip", "bound": 1.0}, "censor": {"defense": "censor", "trials": 2}}
-    ratios = defenses.overheads(model, inputs, labels, specs, repeats=2)
-    assert set(ratios) == set(specs) and all(r > 0 for r in ratios.values())
-    with pytest.raises(ValueError, match="repeats"):
-        defenses.overheads(model, inputs, labels, specs, repeats=0)
 
 
 # ----------------------------------------------------------------------------------

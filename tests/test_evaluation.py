@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from gradcore import attacks, data, defenses, evaluation, experiments, metrics, models
+from gradcore import attacks, data, evaluation, experiments, metrics, models
 from gradcore.attacks import inverting
 
 
@@ -68,60 +68,13 @@ def test_imitated_censor_average_stays_orthogonal_and_differentiable():
     assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in g)
 
 
-def test_censor_eot_and_misdirection_run_and_report(digits):
+def test_censor_eot_runs_and_reports(digits):
     photos = data.load("photos", size=16, per_photo=2)
     case = experiments.scenario(photos, "lenet", 1, seed=0)
     result = attacks.attack("censor_eot", case.model, case.gradient(), shape=case.shape, labels=case.labels, truth=case.inputs,
                             progress=False, iterations=3, samples=2)
     assert result.reconstruction.shape == case.inputs.shape and result.history["iteration"] == [0, 3]
     assert float(result.reconstruction.min()) >= 0 and float(result.reconstruction.max()) <= 1
-    decoy, label = photos.batch(1, seed=5)
-    lure = evaluation.misdirection(case, decoy, label, "inverting_gradients", iterations=2)
-    assert set(lure) >= {"reconstruction", "mse_private", "mse_decoy", "mse_gray_decoy", "labels"}
-    assert lure["mse_gray_decoy"] == pytest.approx(float(((decoy.double() - 0.5) ** 2).mean()))
-
-
-def test_gradient_effects_and_layer_helpers(digits):
-    case = experiments.scenario(digits, "mlp", 1, seed=0, widths=(8,))
-    table = evaluation.gradient_effects(case, {"none": {"defense": None}, "clip": {"defense": "clip", "bound": 1e-3}})
-    text = repr(table)
-    assert "none" in text and "1.0000" in text
-    true = case.gradient()
-    assert evaluation.layer_cosines(true, true) == pytest.approx([1.0] * len(true))
-    assert evaluation.norm_ratios([2 * t for t in true], true) == pytest.approx([2.0] * len(true))
-
-
-def _reduced_cases(digits, batch_size, reduce, seeds=(0,)):
-    def build(seed):
-        model = models.fcn(digits.shape, 10, (32, 16), seed=seed)
-        return defenses.exclusivity_reduction(model) if reduce else model
-
-    return [experiments.scenario(digits, build(s), batch_size, seed=s, dtype=torch.float64) for s in seeds]
-
-
-def test_with_architecture_adds_a_column_blocked_attacks_score_gray(digits):
-    if "exclusivity" not in attacks.ATTACKS:
-        pytest.skip("the exclusivity attack is not registered")
-    cases = {"B=1": _reduced_cases(digits, 1, False), "other": _reduced_cases(digits, 1, False, seeds=(1,))}
-    specs = {"closed": {"attack": "closed_form"}, "excl": {"attack": "exclusivity"}, "walk": {"attack": "walk_back"},
-             "adaptive": {"attack": "closed_form", "defenses": ["none"]}}
-    result = evaluation.matrix(specs, {"none": {"defense": None}}, cases, metrics=("mse", "psnr"), progress=False)
-    assert result.value("B=1", "excl", "none", "mse") < 1e-12
-    evaluation.with_architecture(result, specs, "reduced", {"B=1": _reduced_cases(digits, 1, True)}, progress=False)
-    assert result.defenses == ["none", "reduced"]
-    # The closed form divides a weight row by its bias entry: no ReLU is needed, reduction does not stop it.
-    assert result.value("B=1", "closed", "reduced", "mse") < 1e-12
-    truth = cases["B=1"][0].inputs
-    gray = float(((truth - 0.5) ** 2).mean())
-    for name in ("excl", "walk"):  # both need a ReLU after the first layer: refused, scored as the gray guess
-        assert result.value("B=1", name, "reduced", "mse") == pytest.approx(gray, rel=1e-12)
-        assert len(result.cell("B=1", name, "reduced").errors) == 1 and ("B=1", name) not in result.skipped
-    assert "ReLU" in result.cell("B=1", "excl", "reduced").error
-    assert math.isnan(result.value("other", "closed", "reduced", "mse"))  # no reduced model given: n/a
-    assert math.isnan(result.value("B=1", "adaptive", "reduced", "mse"))  # limited to other defenses
-    assert result.to_gray("B=1", "excl", "reduced") == pytest.approx(1.0)
-    assert result.stopped("reduced") == (2, 3) and result.stopped("none") == (0, 8)
-    assert result.stopped("reduced", attacks=["closed"]) == (0, 1)
 
 
 def test_grid_keeps_skipped_rows_and_over_gray_subtracts_the_reference(digits):
@@ -139,17 +92,6 @@ def test_grid_keeps_skipped_rows_and_over_gray_subtracts_the_reference(digits):
     assert gains[0, 1] == pytest.approx(noisy - result.reference["B=1"]["psnr"]) and np.isnan(gains[1]).all()
     truth = cases["B=1"][0].inputs.double()
     assert result.reference["B=1"]["psnr"] == pytest.approx(float(-10 * torch.log10(((truth - 0.5) ** 2).mean())), rel=1e-5)
-
-
-def test_architecture_utility_matches_federated_compare(digits):
-    from gradcore import federated, models
-
-    options = dict(clients=4, per_round=2, batch_size=8, lr=0.5, evaluate_every=2, progress=False)
-    reference = federated.compare(digits, "mlp", {"none": {"defense": None}}, 4, seed=0, model_options={"widths": (8,)}, **options)
-    log = evaluation.architecture_utility(digits, lambda: models.build("mlp", digits.shape, 10, seed=0, widths=(8,)), 4, seed=0, **options)
-    assert log.rounds == reference["none"].rounds and log.accuracy == reference["none"].accuracy
-    other = evaluation.architecture_utility(digits, lambda: models.build("mlp", digits.shape, 10, seed=1, widths=(8,)), 4, seed=0, **options)
-    assert other.accuracy != reference["none"].accuracy
 
 
 def test_imitated_noise_averages_towards_the_gradient():
@@ -215,7 +157,7 @@ def test_keep_refusals_keeps_an_attack_that_refuses_everything(digits):
 
 
 def test_train_snapshots_matches_train_and_keeps_the_sent_models(digits):
-    from gradcore import federated, models
+    from gradcore import federated
 
     train_set, test_set = data.split(digits, 0.25, 0)
     options = dict(clients=4, per_round=2, batch_size=8, lr=0.5, evaluate_every=2, seed=0, progress=False)
@@ -235,45 +177,6 @@ def test_train_snapshots_matches_train_and_keeps_the_sent_models(digits):
     assert not all(torch.equal(a, b) for a, b in zip(snapshots[4].parameters(), model.parameters()))
     with pytest.raises(ValueError, match="snapshot rounds"):
         federated.fedsgd_snapshots(build(), train_set, test_set, 5, at=(5,), **options)
-
-
-def test_over_rounds_defends_only_the_defended_rounds(digits):
-    from gradcore import models
-
-    build = lambda: models.build("mlp", digits.shape, 10, seed=0, widths=(16,))  # noqa: E731
-    deployments = {"none": {"defense": None}, "noise first": {"defense": "noise", "sigma": 1.0, "defended_rounds": 2}}
-    runs = evaluation.deployment_runs(digits, build, deployments, 6, at=(0, 3), seed=0, clients=4, per_round=2, batch_size=8,
-                                      lr=0.5, evaluate_every=3, progress=False)
-    assert set(runs) == set(deployments) and sorted(runs["none"][1]) == [0, 3]
-    grid = evaluation.over_rounds({"closed": {"attack": "closed_form"}}, deployments, {k: v[1] for k, v in runs.items()}, digits,
-                                  images=1, progress=False)
-    assert grid.scenarios == ["round 0", "round 3"] and grid.defenses == ["none", "noise first"]
-    assert grid.to_gray("round 0", "closed", "none") < 1e-6 and grid.to_gray("round 3", "closed", "none") < 1e-6
-    assert grid.to_gray("round 0", "closed", "noise first") > 0.5  # defended: noise of standard deviation 1
-    assert grid.to_gray("round 3", "closed", "noise first") < 1e-6  # past the defended rounds: the raw gradient
-    assert grid.weakest("noise first")[:2] == ("round 3", "closed")
-
-
-def test_strength_sweep_stops_at_the_first_level_without_a_leak(digits):
-    cases = {"B=1": [experiments.scenario(digits, "mlp", 1, seed=0, widths=(16,))]}
-    attacks_ = {"closed": {"attack": "closed_form"}}
-    sweep, first = evaluation.strength_sweep(attacks_, cases, "noise", "sigma", (0.0, 1e-9, 10.0), level=0.9)
-    assert sweep.defenses == ["sigma 0", "sigma 1e-09", "sigma 10"]
-    assert sweep.to_gray("B=1", "closed", "sigma 0") < 1e-6 and first == 10.0
-    assert sweep.to_gray("B=1", "closed", "sigma 10") >= 0.9
-    never, none_found = evaluation.strength_sweep(attacks_, cases, "noise", "sigma", (0.0, 1e-9), level=0.9)
-    assert none_found is None and len(never.cells) == 2
-
-
-def test_strength_sweep_starts_from_an_existing_column(digits):
-    cases = {"B=1": [experiments.scenario(digits, "mlp", 1, seed=0, widths=(16,))]}
-    attacks_ = {"closed": {"attack": "closed_form"}}
-    first = evaluation.matrix(attacks_, {"weak": {"defense": "noise", "sigma": 1e-9}}, cases, metrics=("mse", "psnr"),
-                              progress=False)
-    sweep, stops = evaluation.strength_sweep(attacks_, cases, "noise", "sigma", (1e-9, 10.0), level=0.9, start=first,
-                                             start_label="weak")
-    assert sweep.cell("B=1", "closed", "sigma 1e-09").scores == first.cell("B=1", "closed", "weak").scores
-    assert stops == 10.0 and sweep.leaking("sigma 1e-09", 0.9) == 1 and sweep.leaking("sigma 10", 0.9) == 0
 
 
 def test_cells_are_flat_records_with_a_query_api(digits):
@@ -313,17 +216,6 @@ def test_a_bug_inside_an_attack_propagates_instead_of_scoring_a_refusal(digits, 
     assert "one sample" in refused.skipped[("B=2", "walk")]
     with pytest.raises(attacks.base.check.AttackRefused):
         attacks.attack("walk_back", cases["B=1"][0].model, cases["B=1"][0].gradient(), shape=(8, 8), batch_size=2)
-
-
-def test_clipping_keeps_the_direction_and_says_where_it_acts():
-    from gradcore import data, evaluation, experiments, gradients
-
-    digits = data.load("digits", limit=100)
-    cases = experiments.scenarios(digits, "mlp", 1, 3, seed=0, widths=(16,))
-    norms = [float(gradients.norm(case.gradient())) for case in cases]
-    bound = sorted(norms)[1]  # acts on the largest gradient only
-    least, active = evaluation.clipped_direction(cases, bound)
-    assert active == 1 and abs(least - 1) < 1e-12
 
 
 def test_the_matrix_and_a_scenario_give_an_attack_the_same_labels(digits):

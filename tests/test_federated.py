@@ -73,14 +73,6 @@ def test_training_learns_and_a_defense_acts_only_in_its_rounds(digits):
     assert log.final() > log.accuracy[0] + 0.3
 
 
-def test_censor_in_every_round_does_not_descend(digits):
-    train_set, test_set = data.split(digits, 0.25, seed=0)
-    options = dict(clients=4, per_round=2, alpha=1.0, batch_size=16, lr=0.5, evaluate_every=20, progress=False, seed=1)
-    logs = federated.compare(digits, "mlp", {"none": {"defense": None}, "censor": {"defense": "censor", "trials": 3}},
-                             rounds=20, model_options={"widths": (16,)}, **options)
-    assert logs["none"].final() > logs["censor"].final() + 0.2
-
-
 def test_clients_per_round_is_checked(digits):
     train_set, test_set = data.split(digits, 0.25)
     model = models.build("mlp", digits.shape, 10, seed=0, widths=(4,))
@@ -88,30 +80,6 @@ def test_clients_per_round_is_checked(digits):
         federated.fedsgd(model, train_set, test_set, rounds=1, clients=3, per_round=4, progress=False)
     with pytest.raises(ValueError, match="test fraction"):
         data.split(digits, 1.0)
-
-
-def test_defended_rounds_per_defense_and_withholding(digits):
-    """A spec's own defended_rounds limits that defense alone; withholding in every round never moves the model."""
-    options = dict(clients=4, per_round=2, alpha=1.0, batch_size=16, lr=0.5, evaluate_every=10, progress=False, seed=1)
-    specs = {"none": {"defense": None},
-             "clip, global limit": {"defense": "clip", "bound": 1e-12},
-             "clip, first 10": {"defense": "clip", "bound": 1e-12, "defended_rounds": 10},
-             "withhold, first 10": {"defense": "withhold", "defended_rounds": 10}}
-    logs = federated.compare(digits, "mlp", specs, rounds=40, model_options={"widths": (16,)}, defended_rounds=2, **options)
-    # Limited to 10 rounds, withholding (and clipping to ~0) freezes the model for 10 rounds, then it learns.
-    for label in ("withhold, first 10", "clip, first 10"):
-        limited = logs[label]
-        assert limited.accuracy[:2] == [limited.accuracy[0]] * 2  # rounds 0 and 10
-        assert limited.final() > limited.accuracy[0] + 0.2
-    # The global limit still applies to specs without their own: clipping in rounds 1-2 only, then learning.
-    assert logs["clip, global limit"].final() > logs["clip, global limit"].accuracy[0] + 0.2
-
-
-def test_defended_rounds_none_in_a_spec_means_every_round(digits):
-    options = dict(clients=4, per_round=2, alpha=1.0, batch_size=16, lr=0.5, evaluate_every=10, progress=False, seed=1)
-    logs = federated.compare(digits, "mlp", {"frozen": {"defense": "withhold", "defended_rounds": None}}, rounds=20,
-                             model_options={"widths": (16,)}, defended_rounds=2, **options)
-    assert logs["frozen"].accuracy == [logs["frozen"].accuracy[0]] * 3
 
 
 def test_poisson_client_sampling_draws_each_client_at_the_rate(digits):

@@ -14,12 +14,25 @@
   multipliers);
 * :mod:`gradcore.experiments.protection`: what protects a deployment (the settings, attacks and
   deployments both what-protects pages build);
+* :mod:`gradcore.experiments.deployments`: federated deployments, one entry point (:func:`run`: FedSGD
+  once per deployment spec), and where each is weakest (rounds, defense strength, architecture);
+* :mod:`gradcore.experiments.diagnostics`: what a defense does to the gradient and what it costs
+  (CENSOR's layer cosines, its misdirection, overheads);
 * :mod:`gradcore.experiments.curious_server`: the book's attacks on a real Flower deployment's
   captured updates, beside gradcore's own gradients of the same clients.
 """
 
 from ..scenarios import Scenario, scenario, scenarios
-from . import curious_server, exclusivity, generative, minimal, privacy, protection
+from . import (
+                     curious_server,
+                     deployments,
+                     diagnostics,
+                     exclusivity,
+                     generative,
+                     minimal,
+                     privacy,
+                     protection,
+)
 from .common import (
                      attack_rows,
                      attack_single_images,
@@ -36,6 +49,6 @@ from .common import (
                      steps_to_psnr,
 )
 
-__all__ = ["Scenario", "attack_rows", "attack_single_images", "batch_slowdown", "binomial_spread", "curious_server", "exclusivity", "final_table",
+__all__ = ["Scenario", "attack_rows", "attack_single_images", "batch_slowdown", "binomial_spread", "curious_server", "deployments", "diagnostics", "exclusivity", "final_table",
            "first_below", "generative", "keep_snapshots", "label_accuracy", "linear_descent_draws", "median_steps", "label_outcomes", "mean_final", "minimal", "privacy", "protection", "scenario",
            "scenarios", "steps_to_psnr"]

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .. import evaluation, gradients, privacy
-from . import generative
+from . import deployments, generative
 
 
 def median_norm(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
@@ -88,10 +88,9 @@ def utility(dataset, build, multipliers: Sequence[float], bound: float, rounds: 
     """
     dp_sgd = {z: {"dp_sgd": {"noise_multiplier": z, "max_grad_norm": bound}} for z in multipliers}
     batch = {z: dp_spec(z, bound) for z in multipliers}
-    runs = [evaluation.deployment_runs(dataset, build, specs, rounds, (), seed=seed, progress=False,
-                                       **{**federated_options, **sampling})
+    runs = [deployments.run(dataset, build, specs, rounds, seed=seed, progress=False, **{**federated_options, **sampling})
             for specs, sampling in ((dp_sgd, {}), (batch, {"client_sampling": "poisson"}))]
-    return tuple({z: log for z, (log, _) in run.items()} for run in runs)
+    return tuple({z: run.log for z, run in each.items()} for each in runs)
 
 
 def gains(sweep: evaluation.Evaluation, multipliers: Sequence[float]) -> dict:

@@ -16,6 +16,7 @@ from torch import nn
 
 from .. import data, defenses, evaluation, generative, models, papers
 from ..scenarios import scenarios
+from . import deployments as fedsgd_deployments
 from . import generative as generative_experiments
 
 #: Whose settings these functions read: every ``settings`` argument is ``PAPER.settings(profile)``.
@@ -108,11 +109,11 @@ def over_rounds(attacks: Mapping[str, Mapping], names: Sequence[str], targets: M
                 snapshots: Mapping, dataset: data.Dataset, images: int, seed: int = 0) -> evaluation.Evaluation:
     """The attacks ``names`` on the updates the deployments ``targets`` share at each attacked round.
 
-    ``snapshots`` are the global models each deployment kept (:func:`gradcore.evaluation.deployment_runs`);
+    ``snapshots`` are the global models each deployment kept (:func:`gradcore.experiments.deployments.run`);
     every setting restriction of the attacks' specs is dropped, since the model is the deployment's.
     """
     chosen = {name: {key: value for key, value in attacks[name].items() if key != "scenarios"} for name in names}
-    return evaluation.over_rounds(chosen, targets, snapshots, dataset, images=images, seed=seed)
+    return fedsgd_deployments.over_rounds(chosen, targets, snapshots, dataset, images=images, seed=seed)
 
 
 def protection_row(label: str, grid: evaluation.Evaluation, rounds_grid: evaluation.Evaluation, logs: Mapping,
