@@ -742,6 +742,10 @@ WHAT_PROTECTS = PAPERS.add("what_protects", Paper(
         "flower": {"model": "mlp(widths=(512, 512))", "dataset": "mnist", "images_per_client": 1, "lr": 0.1,
                    "defenses": ("none", "noise 0.1", "noise 0.01", "clip 4", "top-k 20%", "soteria 10%", "censor T=20"),
                    "dp_sgd": {"noise_multiplier": 1.0, "max_grad_norm": 4.0, "batch_size": 1}, "clients": 2,
+                   # Then one undefended FedAvg round (McMahan et al., 2017): each client trains locally for a few
+                   # SGD steps on its digit and returns the new weights; the attacker unrolls the same steps
+                   # (Geiping et al., 2020, Sec. 6). None: no such round.
+                   "fedavg": {"label": "FedAvg, 4 local steps", "local": {"epochs": 4, "batch_size": 1}},
                    # The server reads a gradient back as (sent - returned) / lr in float32: the weights' rounding
                    # (about 6e-8 of their size) divided by lr, against the gradient's largest entry.
                    "roundoff": 1e-5, "timeout": 900.0},

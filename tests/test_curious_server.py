@@ -65,3 +65,35 @@ def test_a_socket_off_loopback_fails_the_page(monkeypatch):
     g = grid({(a, d): r for a in ATTACKS for d, r in zip(DEFENSES, (1e-6, 1.3, 1.7))})
     with pytest.raises(AssertionError, match="loopback"):
         cs.claims_table(g, GAPS, SimpleNamespace(foreign_addresses=["10.0.0.2"], left_running=[]), SETTINGS)
+
+
+FEDAVG = SETTINGS.flower["fedavg"]["label"]
+
+
+def test_the_schedule_ends_with_a_fedavg_round_the_unrolling_attack_is_told_about():
+    rounds = cs.schedule(SETTINGS)
+    assert [r["label"] for r in rounds][-2:] == ["DP-SGD (Opacus)", FEDAVG]
+    fedavg = rounds[-1]
+    assert fedavg["defense"] is None and fedavg["local"] == SETTINGS.flower["fedavg"]["local"]
+    unrolled = cs.round_config("inverting_gradients", {"iterations": 3}, fedavg)
+    assert unrolled == {"iterations": 3, "local": {"lr": SETTINGS.flower["lr"], **fedavg["local"]}}
+    # The closed form takes no local training: it reads the update as it is; one-step rounds change nothing.
+    assert cs.round_config("closed_form", {}, fedavg) == {}
+    assert cs.round_config("inverting_gradients", {"iterations": 3}, rounds[0]) == {"iterations": 3}
+
+
+def test_the_fedavg_rows_hold_only_when_each_attack_recovers_the_digits(monkeypatch):
+    monkeypatch.setenv(claims.REPORT_VARIABLE, "1")
+    defenses = DEFENSES + [FEDAVG]
+    for closed, cosine, expected in ((1e-6, 0.05, (True, True)), (0.5, 0.005, (False, True)), (1e-6, 0.95, (True, False))):
+        g = grid({})
+        g.defenses = defenses
+        for scenario in g.scenarios:
+            for (attack, defense), ratio in {**{(a, d): r for a in ATTACKS for d, r in zip(DEFENSES, (1e-6, 1.3, 1.7))},
+                                             ("closed form", FEDAVG): closed, ("cosine + TV", FEDAVG): cosine}.items():
+                value = ratio * REFERENCE_MSE
+                g.add(evaluation.Cell(scenario, attack, defense, {"mse": value, "psnr": -10 * math.log10(value)}, cases=1))
+        table = cs.claims_table(g, {d: 1e-7 for d in defenses}, LAUNCH, SETTINGS)
+        rows = [row for row in table.rows if row.claim.startswith("undefended FedAvg")]
+        assert [row.claim.split("): ")[1].split(" ")[0] for row in rows] == ["closed", "cosine"]
+        assert tuple(row.holds for row in rows) == expected

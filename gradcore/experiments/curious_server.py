@@ -14,6 +14,7 @@ captured gradient, the replayed one), so the page reads them with the matrix's q
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Mapping, Sequence
 
@@ -23,7 +24,7 @@ from tqdm import tqdm
 
 from .. import claims, data, evaluation, flower
 from .. import metrics as quality
-from ..attacks import attack
+from ..attacks import ATTACKS, attack
 from ..errors import AttackRefused
 from ..flower import protocol
 
@@ -32,11 +33,15 @@ CAPTURED, REPLAYED = "captured by the Flower server", "recomputed by gradcore"
 
 
 def schedule(settings) -> list[dict]:
-    """One round per defense of ``settings.flower["defenses"]`` (labels of ``settings.defenses``), then DP-SGD."""
+    """One round per defense of ``settings.flower["defenses"]`` (labels of ``settings.defenses``), then DP-SGD,
+    then an undefended FedAvg round of several local steps (``settings.flower["fedavg"]``)."""
     deployment = settings.flower
     rounds = [flower.make_round(label, settings.defenses[label], lr=deployment["lr"]) for label in deployment["defenses"]]
     if deployment["dp_sgd"] is not None:
         rounds.append(flower.make_round("DP-SGD (Opacus)", dp_sgd=deployment["dp_sgd"], lr=deployment["lr"]))
+    if deployment.get("fedavg") is not None:
+        fedavg = deployment["fedavg"]
+        rounds.append(flower.make_round(fedavg["label"], lr=deployment["lr"], local=fedavg["local"]))
     return rounds
 
 
@@ -64,12 +69,31 @@ def deploy(settings, seed: int = 0, directory=None) -> flower.Deployment:
 
 
 def replayed_gradient(setup: Mapping, dataset, capture: protocol.Capture) -> tuple:
-    """The gradient gradcore computes for the captured client, round, model and defense seed, in this process."""
+    """What gradcore computes for the captured client, round, model and defense seed, in this process: the
+    gradient of a one-step round, the update (weights sent minus weights returned) of a FedAvg round."""
     model = protocol.received_model(setup, dataset, capture)
     images, labels = protocol.partition(setup, dataset, capture.partition_id)
     update = protocol.client_update(model, images, labels, capture.round_spec,
                                     protocol.client_seed(setup, capture.server_round, capture.partition_id))
+    if capture.round_spec["local"] is not None:
+        return tuple(update)
     return tuple(step / capture.round_spec["lr"] for step in update)
+
+
+def captured_observation(model, capture: protocol.Capture) -> tuple:
+    """What the curious server attacks: the gradient read back from a one-step round, the update of a FedAvg round."""
+    if capture.round_spec["local"] is not None:
+        return protocol.observed_update(model, capture)
+    return protocol.observed_gradient(model, capture)
+
+
+def round_config(name: str, config: Mapping, round_spec: Mapping) -> dict:
+    """An attack's options for one round: on a FedAvg update, an attack that can unroll local training
+    (``local``, Geiping et al., 2020, Sec. 6) is told the client's steps; the others read the update as it is
+    (the closed form divides a weight row by its bias entry, so a sum of steps on one image still gives it)."""
+    if round_spec["local"] is None or "local" not in inspect.signature(ATTACKS[name]).parameters:
+        return dict(config)
+    return {**config, "local": {"lr": round_spec["lr"], **round_spec["local"]}}
 
 
 def relative_gap(observed: Sequence[torch.Tensor], reference: Sequence[torch.Tensor]) -> float:
@@ -119,11 +143,12 @@ def attack_deployment(result: flower.Deployment, attacks: Mapping[str, Mapping],
         gradients = {CAPTURED: [], REPLAYED: []}
         for capture in captures:
             model = protocol.received_model(setup, dataset, capture)
-            gradients[CAPTURED].append((model, protocol.observed_gradient(model, capture)))
+            gradients[CAPTURED].append((model, captured_observation(model, capture)))
             gradients[REPLAYED].append((model, replayed_gradient(setup, dataset, capture)))
         gaps[label] = max(relative_gap(a[1], b[1]) for a, b in zip(gradients[CAPTURED], gradients[REPLAYED]))
         for attack_label, spec in attacks.items():
-            config = {key: value for key, value in spec.items() if key != "attack"}
+            config = round_config(spec["attack"], {key: value for key, value in spec.items() if key != "attack"},
+                                  captures[0].round_spec)
             for scenario, pairs in gradients.items():
                 grid.add(_cell(scenario, attack_label, label, spec["attack"], config, pairs,
                                [truths[c.partition_id] for c in captures], seed))
@@ -190,11 +215,13 @@ def reconstruction_rows(grid: evaluation.Evaluation, scenario: str = CAPTURED) -
 
 
 def claims_table(grid: evaluation.Evaluation, gaps: Mapping[str, float], launch, settings) -> claims.Claims:
-    """The page's claims: Flower's capture is gradcore's gradient, the control, the defenses, the deployment.
+    """The page's claims: Flower's capture is gradcore's gradient, the control, the defenses, FedAvg, the deployment.
 
     Each row can fail: a client that sent something else than gradcore computes (a different
     model, batch, seed or dtype) moves the first two; an attack that no longer recovers the
-    undefended digits fails the controls, without which no defense below gets credit; a
+    undefended digits fails the controls, without which no defense below gets credit; local
+    training that mixed other inputs into the update (a batch, augmentation) fails the closed
+    form's FedAvg row, an unrolling that does not match the client's steps the cosine row; a
     connection off loopback or a process left running fails the last two.
     """
     rows = verdict_rows(grid, settings)
@@ -220,6 +247,17 @@ def claims_table(grid: evaluation.Evaluation, gaps: Mapping[str, float], launch,
             table.at_least(claim, source, least, settings.stopped_level)
         else:
             table.not_reproduced(claim, source, least, "the undefended attacks did not recover the digits")
+    fedavg = settings.flower.get("fedavg")
+    if fedavg is not None and fedavg["label"] in grid.defenses:
+        steps = f"{fedavg['local']['epochs']} local steps on one digit"
+        for attack_label, recovered, source, how in (
+                ("closed form", ("exact",), "not claimed", "still reads each digit off the update: every step saw "
+                 "the same image, so a weight row over its bias entry is that image"),
+                ("cosine + TV", ("exact", "leaks"), "Geiping et al. 2020, Sec. 6", "unrolled over the client's "
+                 "steps recovers the digits")):
+            found = verdict(grid, CAPTURED, attack_label, fedavg["label"], settings)
+            table.add(f"undefended FedAvg ({steps}): {attack_label} {how} (verdict on their mean MSE)", source,
+                      found, found in recovered)
     table.at_most("no socket of the deployment had an address beyond loopback (count)", "not claimed",
                   len(launch.foreign_addresses), 0)
     table.at_most("no process of the deployment outlived it (count)", "not claimed", len(launch.left_running), 0)
