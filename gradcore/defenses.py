@@ -25,7 +25,8 @@ from __future__ import annotations
 import copy
 import inspect
 import math
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -108,6 +109,42 @@ def check_options(name: str, function: Callable, options: dict) -> None:
     check.options(f"defense {name!r}", function, options, skip=("gradient", "generator") + CONTEXT)
 
 
+@dataclass(frozen=True)
+class Privacy:
+    """What a registered defense is as a differential-privacy mechanism (read by :mod:`gradcore.privacy`).
+
+    A Gaussian mechanism clips what it releases to a bound and adds Gaussian noise; its noise
+    multiplier ``z`` (noise standard deviation over the bound) is all an accountant needs.
+    ``noise_multiplier`` maps the defense's options to ``z`` (0 for no noise, epsilon infinite);
+    ``needs`` are the options it reads; ``clips`` says what the bound bounds (``"batch"``: the
+    gradient of the client's whole batch, so a sample-level statement needs a batch of one; empty
+    for a defense that adds no noise and so states nothing).
+    A defense that is no Gaussian mechanism has ``noise_multiplier`` None and says ``why``.
+    """
+
+    noise_multiplier: Callable[[Mapping], float] | None = None
+    needs: tuple = ()
+    clips: str = "batch"
+    why: str = ""
+
+
+NO_NOISE = Privacy(lambda options: 0.0, clips="")
+
+
+def declares(privacy: Privacy) -> Callable:
+    """Attach ``privacy`` (:class:`Privacy`) to a registered defense: its noise multiplier is its own property."""
+    def decorate(function: Callable) -> Callable:
+        function.privacy = privacy
+        return function
+    return decorate
+
+
+def privacy_of(name: str) -> Privacy:
+    """A registered defense's :class:`Privacy`; an unknown name raises, naming the known ones."""
+    return getattr(DEFENSES[name], "privacy", Privacy(why=f"the {name!r} defense is not a Gaussian mechanism; "
+                                                           "no epsilon can be stated for it"))
+
+
 def _require(name: str, **context) -> None:
     missing = [key for key, value in context.items() if value is None]
     if missing:
@@ -116,6 +153,7 @@ def _require(name: str, **context) -> None:
 
 
 @DEFENSES.register("none")
+@declares(NO_NOISE)
 def no_defense(gradient: Gradient, generator: torch.Generator) -> Gradient:
     """Share the gradient as it is."""
     return gradient
@@ -133,6 +171,9 @@ def withhold(gradient: Gradient, generator: torch.Generator) -> Gradient:
 
 
 @DEFENSES.register("noise")
+@declares(Privacy(why="the noise defense has no differential-privacy guarantee: without clipping a gradient's "
+                      "sensitivity is unbounded, so no sigma bounds epsilon; use the dp defense (clip, then noise) "
+                      "or DP-SGD clients"))
 def gaussian_noise(gradient: Gradient, generator: torch.Generator, sigma: float) -> Gradient:
     """Add i.i.d. N(0, sigma^2) to every entry: the noise half of DP-SGD (Abadi et al., 2016)."""
     if sigma < 0:
@@ -166,6 +207,7 @@ def measured_norm(gradient: Sequence[torch.Tensor]) -> float:
 
 
 @DEFENSES.register("clip")
+@declares(NO_NOISE)
 def clip(gradient: Gradient, generator: torch.Generator, bound: float) -> Gradient:
     """Rescale the whole gradient to Euclidean norm at most ``bound``: DP-SGD's other half.
 
@@ -202,6 +244,7 @@ def clip(gradient: Gradient, generator: torch.Generator, bound: float) -> Gradie
 
 
 @DEFENSES.register("dp")
+@declares(Privacy(lambda options: float(options["sigma"]) / float(options["bound"]), needs=("bound", "sigma")))
 def clip_then_noise(gradient: Gradient, generator: torch.Generator, bound: float, sigma: float) -> Gradient:
     """Clip to norm ``bound``, then add N(0, sigma^2): the order DP-SGD uses."""
     return gaussian_noise(clip(gradient, generator, bound), generator, sigma)

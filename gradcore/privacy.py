@@ -41,7 +41,7 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from . import gradients
+from . import defenses, gradients
 from . import validation as check
 
 #: The accountants :func:`epsilon` knows.
@@ -183,10 +183,12 @@ def exact_epsilon(noise_multiplier: float, releases: int = 1, delta: float = DEF
 
 
 def noise_multiplier(spec: Mapping) -> float:
-    """``z`` of a deployment spec: ``sigma / bound`` of ``dp``, Opacus's of ``dp_sgd``, 0 without noise.
+    """``z`` of a deployment spec: the defense's own (:class:`gradcore.defenses.Privacy`: ``sigma / bound``
+    of ``dp``, 0 for ``none`` and ``clip``), Opacus's of ``dp_sgd``, 0 without a defense.
 
-    The plain ``noise`` defense is refused: without clipping a gradient's sensitivity is
-    unbounded and no noise level bounds epsilon.
+    A defense that declares no Gaussian mechanism is refused with its own reason (the plain
+    ``noise`` defense: without clipping a gradient's sensitivity is unbounded and no noise
+    level bounds epsilon).
     """
     if not isinstance(spec, Mapping):
         raise check.GradcoreTypeError(f"a deployment spec must be a dict such as {{'defense': 'dp', 'bound': 1.0, "
@@ -199,21 +201,17 @@ def noise_multiplier(spec: Mapping) -> float:
         check.number("the dp_sgd noise_multiplier", options["noise_multiplier"], low=0)
         return float(options["noise_multiplier"])
     defense = spec.get("defense")
-    if defense in (None, "none", "clip"):
+    if defense is None:
         return 0.0
-    if defense == "dp":
-        missing = [key for key in ("bound", "sigma") if key not in spec]
-        if missing:
-            raise check.GradcoreValueError(f"the dp defense's spec needs {' and '.join(missing)} (clipping bound and "
-                                           f"noise standard deviation); got {dict(spec)!r}")
-        check.number("the dp defense's bound", spec["bound"], low=0, low_open=True)
-        check.number("the dp defense's sigma", spec["sigma"], low=0)
-        return float(spec["sigma"]) / float(spec["bound"])
-    if defense == "noise":
-        raise check.GradcoreValueError(
-            "the noise defense has no differential-privacy guarantee: without clipping a gradient's sensitivity is "
-            "unbounded, so no sigma bounds epsilon; use the dp defense (clip, then noise) or DP-SGD clients")
-    raise check.GradcoreValueError(f"the {defense!r} defense is not a Gaussian mechanism; no epsilon can be stated for it")
+    mechanism = defenses.privacy_of(defense)  # the defense's own declaration (gradcore.defenses.Privacy)
+    if mechanism.noise_multiplier is None:
+        raise check.GradcoreValueError(mechanism.why)
+    missing = [key for key in mechanism.needs if key not in spec]
+    if missing:
+        raise check.GradcoreValueError(f"the {defense} defense's spec needs {' and '.join(missing)}; got {dict(spec)!r}")
+    for key in mechanism.needs:
+        check.number(f"the {defense} defense's {key}", spec[key], low=0, low_open=key == "bound")
+    return mechanism.noise_multiplier(spec)
 
 
 def guarantee(spec: Mapping, protocol: Protocol) -> Guarantee:
@@ -229,9 +227,10 @@ def guarantee(spec: Mapping, protocol: Protocol) -> Guarantee:
         raise check.GradcoreTypeError(f"protocol must be a gradcore.privacy.Protocol, e.g. Protocol('client', 0.25, 100); "
                                       f"got {check.describe(protocol)}")
     z = noise_multiplier(spec)
-    if protocol.unit == "sample" and spec.get("defense") == "dp" and protocol.batch_size != 1:
+    clips_batch = spec.get("defense") is not None and defenses.privacy_of(spec["defense"]).clips == "batch"
+    if protocol.unit == "sample" and clips_batch and protocol.batch_size != 1:
         raise check.GradcoreValueError(
-            f"the dp defense clips the gradient of the whole batch ({protocol.batch_size} samples), which bounds the "
+            f"the {spec['defense']} defense clips the gradient of the whole batch ({protocol.batch_size} samples), which bounds the "
             "batch, not one sample: a sample-level epsilon needs per-sample clipping (DP-SGD clients) or a batch of 1")
     if protocol.unit == "client" and spec.get("dp_sgd") is not None:
         raise check.GradcoreValueError("DP-SGD clients clip samples, not clients: state a sample-level protocol")

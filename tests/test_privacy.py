@@ -270,3 +270,26 @@ def test_floor_gains_score_the_median_case_against_its_floor():
     # Median case: 10 log10(0.1 / 0.04) dB; at z = 1 exactly the floor; z = 3 did not run.
     assert gains["GGL"][0] == pytest.approx(10 * math.log10(0.1 / 0.04), rel=1e-5)
     assert gains["GGL"][1] == pytest.approx(0.0, abs=1e-5) and math.isnan(gains["GGL"][2])
+
+
+def test_the_noise_multiplier_is_the_registered_defenses_own_property(monkeypatch):
+    """privacy branches on no defense name: a new Gaussian mechanism declares its z and is accounted as it is."""
+    from gradcore import defenses
+
+    assert privacy.noise_multiplier({"defense": "dp", "bound": 2.0, "sigma": 1.0}) == 0.5
+    assert privacy.noise_multiplier({"defense": "clip", "bound": 2.0}) == 0.0
+    assert defenses.privacy_of("censor").noise_multiplier is None
+
+    @defenses.declares(defenses.Privacy(lambda options: float(options["scale"]), needs=("scale",), clips="sample"))
+    def per_sample_mechanism(gradient, generator, scale: float):
+        return gradient
+
+    monkeypatch.setitem(defenses.DEFENSES._entries, "my_mechanism", per_sample_mechanism)
+    assert privacy.noise_multiplier({"defense": "my_mechanism", "scale": 0.7}) == 0.7
+    with pytest.raises(GradcoreValueError, match="needs scale"):
+        privacy.noise_multiplier({"defense": "my_mechanism"})
+    # It clips samples, so a sample-level statement does not need a batch of one.
+    found = privacy.guarantee({"defense": "my_mechanism", "scale": 1.0}, privacy.Protocol("sample", 0.01, 10, batch_size=4))
+    assert found.noise_multiplier == 1.0 and all(math.isfinite(value) for value in found.epsilon.values())
+    with pytest.raises(GradcoreValueError, match="whole batch"):
+        privacy.guarantee({"defense": "dp", "bound": 1.0, "sigma": 1.0}, privacy.Protocol("sample", 0.01, 10, batch_size=4))
