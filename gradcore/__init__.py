@@ -23,6 +23,7 @@ The library behind the gradcore book. One module per concept:
 * :mod:`gradcore.plots`: the book's figures;
 * :mod:`gradcore.claims`: paper-vs-reproduced tables that chapters assert on;
 * :mod:`gradcore.papers`: every paper's hyper-parameters and reported numbers, as data;
+* :mod:`gradcore.specs`: attack and defense specs (the dicts papers and chapters write) read in one place;
 * :mod:`gradcore.validation`: the checks every entry point runs on its arguments, and the
   library's errors (:class:`GradcoreError`, :class:`GradcoreValueError`, :class:`GradcoreTypeError`).
 
@@ -43,7 +44,7 @@ __version__ = "0.1.0"
 #: line (``gradcore run``, ``gradcore test``) and the output check start without importing torch.
 SUBMODULES = ("analysis", "attacks", "book", "claims", "client", "data", "defenses", "errors", "evaluation",
               "experiments", "federated", "flower", "generative", "gradients", "metrics", "models", "papers",
-              "plots", "privacy", "registry", "scenarios", "training", "validation")
+              "plots", "privacy", "registry", "scenarios", "specs", "training", "validation")
 #: Names the package exports from its submodules, imported with them on first use.
 EXPORTS = {
     "ATTACKS": "attacks", "AttackResult": "attacks", "attack": "attacks", "infer_labels": "attacks",

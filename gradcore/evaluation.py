@@ -25,10 +25,10 @@ import torch
 from tqdm import tqdm
 
 from . import metrics as quality
-from . import plots
+from . import plots, specs
 from .attacks import attack
 from .claims import Table
-from .errors import AttackRefused
+from .errors import AttackRefused, GradcoreValueError
 
 # ----------------------------------------------------------------------------------
 # The matrix
@@ -340,9 +340,9 @@ def matrix(attacks: Mapping[str, Mapping], defenses: Mapping[str, Mapping], scen
         the attack is known to apply).
     """
     result = Evaluation(list(scenarios), list(attacks), list(defenses), list(metrics))
-    jobs = [(s, a, d) for s in scenarios for a in attacks for d in defenses
-            if ("scenarios" not in attacks[a] or s in attacks[a]["scenarios"])
-            and ("defenses" not in attacks[a] or d in attacks[a]["defenses"])]
+    read = {label: specs.attack_spec(spec) for label, spec in attacks.items()}
+    shared_as = {label: _one_round(label, spec) for label, spec in defenses.items()}
+    jobs = [(s, a, d) for s in scenarios for a in attacks for d in defenses if read[a].runs_on(s, d)]
     bar = tqdm(total=len(jobs), desc="attack x defense", disable=not progress, file=sys.stderr, mininterval=2.0, ncols=80)
     for scenario_label, cases in scenarios.items():
         cases = list(cases)
@@ -352,24 +352,22 @@ def matrix(attacks: Mapping[str, Mapping], defenses: Mapping[str, Mapping], scen
         gray = [torch.full_like(case.inputs, 0.5) for case in cases]
         result.reference[scenario_label] = {m: float(torch.cat([quality.measure(m, g, case.inputs) for g, case in zip(gray, cases)]).mean())
                                             for m in measured}
-        for attack_label, spec in attacks.items():
-            if "scenarios" in spec and scenario_label not in spec["scenarios"]:
+        for attack_label, spec in read.items():
+            if not spec.runs_on(scenario_label):
                 continue
-            common = {k: v for k, v in spec.items() if k not in ("attack", "scenarios", "defenses", "labels", "per_defense")}
-            hidden = spec.get("labels", "known") == "hidden"
-            for defense_label, defense_spec in defenses.items():
-                if "defenses" in spec and defense_label not in spec["defenses"]:
+            hidden = spec.labels == "hidden"
+            for defense_label, defense in shared_as.items():
+                if not spec.runs_on(scenario_label, defense_label):
                     continue
                 bar.update(1)
-                config = {**common, **spec.get("per_defense", {}).get(defense_label, {})}
-                options = {k: v for k, v in defense_spec.items() if k != "defense"}
+                config = spec.config(defense_label)
                 per_image, kept, seconds, errors = {m: [] for m in measured}, [], 0.0, []
                 for index, case in enumerate(cases):
                     if (defense_label, index) not in shared_gradients:  # one defended gradient per case, shared by all attacks
-                        shared_gradients[(defense_label, index)] = case.gradient(defense_spec.get("defense"), seed=seed + index, **options)
+                        shared_gradients[(defense_label, index)] = case.gradient(defense.name, seed=seed + index, **defense.options)
                     shared = shared_gradients[(defense_label, index)]
                     try:
-                        outcome = attack(spec["attack"], case.model, shared, shape=case.shape, batch_size=case.batch_size,
+                        outcome = attack(spec.name, case.model, shared, shape=case.shape, batch_size=case.batch_size,
                                          labels=case.attacker_labels(not hidden), loss=case.loss, seed=seed + index,
                                          progress=False, **config)
                         reconstruction = outcome.aligned(case.inputs).clamp(0, 1)
@@ -390,6 +388,15 @@ def matrix(attacks: Mapping[str, Mapping], defenses: Mapping[str, Mapping], scen
                     result.remove(*cell.key)
     bar.close()
     return result
+
+
+def _one_round(label: str, spec) -> "specs.DefenseSpec":
+    """A defense spec the matrix can apply to one round's gradient; a deployment's extras are refused by name."""
+    read = specs.defense_spec(spec)
+    if read.defended_rounds is not specs.UNSET or read.dp_sgd is not None:
+        raise GradcoreValueError(f"defense {label!r}: the matrix attacks one round's gradient; 'defended_rounds' and "
+                                 "'dp_sgd' describe a deployment (gradcore.experiments.deployments)")
+    return read
 
 
 def merge(into: Evaluation, part: Evaluation) -> None:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .. import claims, data, evaluation, flower
+from .. import claims, data, evaluation, flower, specs
 from .. import metrics as quality
 from ..attacks import ATTACKS, attack
 from ..errors import AttackRefused
@@ -147,10 +147,10 @@ def attack_deployment(result: flower.Deployment, attacks: Mapping[str, Mapping],
             gradients[REPLAYED].append((model, replayed_gradient(setup, dataset, capture)))
         gaps[label] = max(relative_gap(a[1], b[1]) for a, b in zip(gradients[CAPTURED], gradients[REPLAYED]))
         for attack_label, spec in attacks.items():
-            config = round_config(spec["attack"], {key: value for key, value in spec.items() if key != "attack"},
-                                  captures[0].round_spec)
+            read = specs.attack_spec(spec)
+            config = round_config(read.name, read.config(), captures[0].round_spec)
             for scenario, pairs in gradients.items():
-                grid.add(_cell(scenario, attack_label, label, spec["attack"], config, pairs,
+                grid.add(_cell(scenario, attack_label, label, read.name, config, pairs,
                                [truths[c.partition_id] for c in captures], seed))
             bar.update(len(captures))
     bar.close()

@@ -20,7 +20,7 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 import torch
 from torch import nn
 
-from .. import data, federated, models
+from .. import data, federated, models, specs
 from ..evaluation import Cell, Evaluation, matrix, merge
 from ..scenarios import scenarios as draw_scenarios
 
@@ -69,11 +69,11 @@ def run(dataset: data.Dataset, model: str | Callable[[], nn.Module], deployments
 
     runs = {}
     for label, spec in deployments.items():
-        defense_options = {k: v for k, v in spec.items() if k not in ("defense", "defended_rounds", "dp_sgd")}
-        limit = {"defended_rounds": spec["defended_rounds"]} if "defended_rounds" in spec else {}
-        runs[label] = Run(*federated.fedsgd_snapshots(model(), train_set, test_set, rounds, at, defense=spec.get("defense"),
-                                                      defense_options=defense_options, seed=seed, progress=progress,
-                                                      dp_sgd=spec.get("dp_sgd"), **{**options, **limit}))
+        read = specs.defense_spec(spec)
+        limit = {} if read.defended_rounds is specs.UNSET else {"defended_rounds": read.defended_rounds}
+        runs[label] = Run(*federated.fedsgd_snapshots(model(), train_set, test_set, rounds, at, defense=read.name,
+                                                      defense_options=dict(read.options), seed=seed, progress=progress,
+                                                      dp_sgd=read.dp_sgd, **{**options, **limit}))
     return runs
 
 
@@ -92,8 +92,8 @@ def with_architecture(evaluation: Evaluation, attacks: Mapping[str, Mapping], la
     ``evaluation`` is extended in place and returned.
     """
     for scenario_label, cases in scenarios.items():
-        ran = {a: {k: v for k, v in spec.items() if k not in ("scenarios", "defenses")} for a, spec in attacks.items()
-               if evaluation.ran(scenario_label, a, baseline) and "defenses" not in spec}
+        ran = {a: specs.attack_spec(spec).without_limits() for a, spec in attacks.items()
+               if evaluation.ran(scenario_label, a, baseline) and specs.attack_spec(spec).defenses is None}
         changed = matrix(ran, {label: {"defense": None}}, {scenario_label: cases}, evaluation.metrics, seed, progress)
         for attack_label in ran:
             if (scenario_label, attack_label) in changed.skipped:  # refused every case: the change blocked it

@@ -23,6 +23,7 @@ from .. import metrics as quality
 from .. import validation as check
 from ..attacks import attack
 from ..claims import Table
+from ..specs import defense_spec
 
 
 def gradient_effects(case, defenses: Mapping[str, Mapping], seed: int = 0) -> Table:
@@ -35,7 +36,8 @@ def gradient_effects(case, defenses: Mapping[str, Mapping], seed: int = 0) -> Ta
     true_flat = grads.flatten(true)
     rows = []
     for label, spec in defenses.items():
-        shared = case.gradient(spec.get("defense"), seed=seed, **{k: v for k, v in spec.items() if k != "defense"})
+        defense = defense_spec(spec)
+        shared = case.gradient(defense.name, seed=seed, **defense.options)
         flat = grads.flatten(shared)
         cosine = float(flat @ true_flat / (flat.norm() * true_flat.norm()))
         layers = [abs(c) for c in layer_cosines(shared, true)]
@@ -147,15 +149,15 @@ def overheads(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, spec
     if repeats < 1:
         raise check.GradcoreValueError(f"repeats must be at least 1, got {repeats}")
     context = defenses.context(model, inputs, labels, loss)
+    read = {label: defense_spec(spec) for label, spec in specs.items()}
     gradient_times, defense_times = [], {label: [] for label in specs}
     for repeat in range(repeats):
         start = time.perf_counter()
         gradient = tuple(g.detach() for g in grads.batch_gradient(model, inputs, labels, loss))
         gradient_times.append(time.perf_counter() - start)
-        for label, spec in specs.items():
-            options = {k: v for k, v in spec.items() if k != "defense"}
+        for label, spec in read.items():
             start = time.perf_counter()
-            defenses.defend(gradient, spec["defense"], seed=seed + repeat, context=context, **options)
+            defenses.defend(gradient, spec.name, seed=seed + repeat, context=context, **spec.options)
             defense_times[label].append(time.perf_counter() - start)
     base = max(statistics.median(gradient_times), 1e-9)
     return {label: statistics.median(times) / base for label, times in defense_times.items()}

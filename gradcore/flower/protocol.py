@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from .. import client as sharing
-from .. import data, defenses, models, privacy
+from .. import data, defenses, models, privacy, specs
 from .. import gradients as grads
 from .. import validation as check
 
@@ -60,9 +60,9 @@ def make_round(label: str, defense: Mapping | None = None, lr: float = 0.1, loca
         raise check.GradcoreValueError(f"round {label!r}: DP-SGD here is one step (FedSGD); drop local")
     check.local_training("local", {"lr": lr, **local} if local is not None else None)
     spec = dict(defense) if defense is not None else None
-    if spec is not None and spec.get("defense") is not None:
-        name = spec["defense"]
-        defenses.check_options(name, defenses.DEFENSES[name], {k: v for k, v in spec.items() if k != "defense"})
+    if spec is not None and specs.defense_spec(spec).name is not None:
+        read = specs.defense_spec(spec)
+        defenses.check_options(read.name, defenses.DEFENSES[read.name], dict(read.options))
     return {"label": str(label), "defense": spec, "dp_sgd": dict(dp_sgd) if dp_sgd else None, "lr": float(lr),
             "local": dict(local) if local else None}
 

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from test_pipeline import HEADER
 
 from gradcore import claims
 from gradcore.book import execution, freshness, reproducibility
 from gradcore.book.reproducibility import Tolerance, compare_outputs, compare_text, kind_of
 
-REPO = Path(__file__).resolve().parents[1]
+from .tiny import HEADER
+
+REPO = Path(__file__).resolve().parents[2]
 TOLERANCE = Tolerance(decibels=1.0, magnitude=0.25, fraction=0.01, other=0.05, roundoff=1e-12)
 
 
@@ -164,7 +165,7 @@ def test_drift_is_measured_per_kind(tmp_path):
 
 # --------------------------------------------------------------------------- nbval, with a kernel
 
-# A chapter with test_pipeline's header, declaring a tolerance in its front matter.
+# A chapter with the tiny chapters' header (tiny.py), declaring a tolerance in its front matter.
 CHAPTER = HEADER.rsplit("---\n", 1)[0] + """gradcore:
   tolerance:
     decibels: 0.5

@@ -1,0 +1,110 @@
+"""Tests of gradcore.book.execution: one chapter executed with papermill, and what a failure says."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+
+from gradcore.book import execution, freshness, layout
+
+from .tiny import FAILING, HEADER, write_fake_executed
+
+
+@pytest.mark.kernel
+def test_execute_writes_a_normalised_reproducible_notebook(repo):
+    path = execution.execute(repo, "tiny")
+    assert path == repo / "notebooks" / "tiny.ipynb"
+    first = path.read_bytes()
+    assert first.endswith(b"}\n")
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert set(nb.metadata) == {"gradcore", "kernelspec", "language_info", "papermill"}
+    assert nb.metadata["papermill"] == {"parameters": {}}
+    assert not any(c.metadata.get(k) for c in nb.cells for k in ("execution", "papermill"))
+    assert not any("injected-parameters" in c.metadata.get("tags", []) for c in nb.cells)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    outs = code[1].outputs
+    assert [(o.output_type, o.name) for o in outs] == [("stream", "stderr"), ("stream", "stdout")]
+    assert outs[0].text == "100%|██████████| 15/15\n"  # the final frame only
+    assert outs[1].text == "result 1.5 False x ci\n"
+    assert code[2].outputs[0].data["text/plain"] == "4"
+    # the figure survives the MPLBACKEND=Agg that tests/conftest.py exports
+    assert [o.output_type for o in code[3].outputs] == ["display_data"] and "image/png" in code[3].outputs[0].data
+    # code identical to the source, so the notebook is fresh
+    assert freshness.freshness(repo) == []
+    status = json.loads((repo / "notebooks" / "status.json").read_text())
+    run = status["tiny"]["ci"]
+    assert run["profile"] == "ci" and run["device"] and run["python"] and run["seconds"] > 0
+    # where the committed numbers came from: they reproduce bit for bit only on this float path
+    assert run["cpu"] and run["capability"] and run["blas"] and run["float_path"]
+    assert "OMP_NUM_THREADS=" in run["float_path"]  # the kernel's thread count, not this process's environment
+    page = (repo / "notebooks" / "status.md").read_text()
+    assert page.startswith("# Status\n") and "| tiny | ci | default |" in page
+
+    execution.execute(repo, "tiny")
+    assert path.read_bytes() == first  # byte-identical re-run
+
+
+@pytest.mark.kernel
+def test_paper_run_with_parameters_leaves_the_ci_notebook_alone(repo):
+    ci = write_fake_executed(repo)
+    before = ci.read_bytes()
+    out = execution.execute(repo, "tiny", profile="paper", parameters={"n": "2", "flag": "yes"})
+    assert out == repo / "notebooks" / "paper" / "tiny.ipynb"
+    assert ci.read_bytes() == before
+    nb = nbformat.read(out, as_version=4)
+    injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert len(injected) == 1 and "n = 2" in injected[0].source and "flag = True" in injected[0].source
+    assert nb.metadata["papermill"]["parameters"] == {"n": 2, "flag": True, "profile": "paper"}
+    assert "result 1.0 True x paper\n" in [o.get("text") for c in nb.cells for o in c.get("outputs", [])]
+    status = json.loads((repo / "notebooks" / "status.json").read_text())
+    assert status["tiny"]["paper"]["parameters"] == {"n": 2, "flag": True}
+
+
+@pytest.mark.kernel
+def test_failing_chapter_names_the_cell_and_leaves_the_notebook(repo):
+    (repo / "book" / "bad.md").write_text(FAILING)
+    committed = repo / "notebooks" / "bad.ipynb"
+    committed.write_text("{}\n")
+    with pytest.raises(layout.PipelineError) as err:
+        execution.execute(repo, "bad")
+    msg = str(err.value)
+    line = FAILING.splitlines().index("y = x + 1  # fine")  # the fence is the line before it (1-based)
+    assert f"cell 3 (`y = x + 1  # fine`, book/bad.md:{line}, line 2 of the cell)" in msg
+    assert "ValueError: boom" in msg and "left untouched" in msg
+    assert committed.read_text() == "{}\n"
+    assert not (repo / "notebooks" / "status.json").exists()
+
+
+BUGGY_ATTACK = HEADER + """
+# A chapter whose attack has a bug
+
+```{code-cell} ipython3
+:tags: [parameters]
+profile = "ci"
+```
+
+```{code-cell} ipython3
+import numpy as np
+from gradcore import ATTACKS, data, evaluation, experiments
+
+@ATTACKS.register("buggy")
+def buggy(observation, iterations: int = 1):
+    return np.zeros(3) + np.zeros(4)  # a broadcasting bug: a plain ValueError, not a refusal
+
+digits = data.load("digits", limit=50)
+cases = {"digits": [experiments.scenario(digits, "mlp", 1, seed=0, widths=(16,))]}
+grid = evaluation.matrix({"bug": {"attack": "buggy"}}, {"noise": {"defense": "noise", "sigma": 0.1}},
+                         cases, metrics=("mse",), progress=False)
+```
+"""
+
+
+@pytest.mark.kernel
+def test_a_bug_inside_an_attack_fails_the_chapter_instead_of_scoring_a_defense_win(repo):
+    (repo / "book" / "buggy.md").write_text(BUGGY_ATTACK)
+    with pytest.raises(layout.PipelineError, match="ValueError: operands could not be broadcast"):
+        execution.execute(repo, "buggy")
+
