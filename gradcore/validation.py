@@ -435,6 +435,13 @@ def local_training(name: str, value: Any) -> None:
     _count_or_none(f"'batch_size' of {name}", value.get("batch_size"))
 
 
+def _schedule(name, value):
+    """A step-size schedule: the paper's step decay (``True``), none (``False``), or one by name."""
+    if not isinstance(value, bool) and value not in ("step", "cosine", "linear"):
+        error = GradcoreValueError if isinstance(value, str) else GradcoreTypeError
+        raise error(f"{name} must be True, False or one of 'step', 'cosine', 'linear'; got {describe(value)}")
+
+
 def _callable_or_none(name, value):
     if value is not None and not callable(value):
         raise GradcoreTypeError(f"{name} must be a callable or None; got {describe(value)}")
@@ -467,7 +474,8 @@ OPTION_RULES: dict[str, Callable[[str, Any], None]] = {
     "latent_iterations": _count, "parameter_iterations": _count, "layer_iterations": _count,
     "generations": _count, "population": _count, "candidates": _count,
     "parameter_lr": _positive, "feature_lr": _positive, "ball": _positive,
-    "kl_weight": _non_negative, "noise_sigma": _non_negative, "decay": boolean,
+    "kl_weight": _non_negative, "noise_sigma": _non_negative,
+    "decay": _schedule,
 }
 
 

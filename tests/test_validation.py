@@ -343,6 +343,7 @@ BAD_CALLS = {
     "attack iterations": (BAD_COUNT, lambda v: _attack(iterations=v)),
     "attack lr": (BAD_POSITIVE, lambda v: _attack(lr=v)),
     "attack max_iter": (BAD_COUNT, lambda v: _attack(max_iter=v)),
+    "attack decay": (st.sampled_from(["cosin", None, 1, 0.5]), lambda v: _attack(name="inverting_gradients", decay=v)),
     "attack record_every": (BAD_COUNT, lambda v: _attack(record_every=v)),
     "attack batch_size": (BAD_COUNT, lambda v: _attack(batch_size=v)),
     "attack seed": (st.one_of(st.floats(), st.text(max_size=3), st.none()), lambda v: _attack(seed=v)),
@@ -442,7 +443,7 @@ def test_every_bad_call_raises_a_library_error_and_never_returns(data_, call):
 
 #: One bad value per kind of call, so that each is refused at least once whatever hypothesis draws.
 REPRESENTATIVE = {
-    "attack iterations": -5, "attack lr": "0.1", "attack max_iter": 2.5, "attack record_every": 0, "attack batch_size": 2.0,
+    "attack iterations": -5, "attack lr": "0.1", "attack max_iter": 2.5, "attack decay": "cosin", "attack record_every": 0, "attack batch_size": 2.0,
     "attack seed": "0", "attack shape": (0, 4, 4), "attack labels": torch.tensor([0.0, 2.0]), "attack gradient": (1, 0, math.nan),
     "attack truth": torch.zeros(2, 1, 4, 4, dtype=torch.uint8), "infer_labels batch_size": 0,
     "shared_gradient inputs": INPUTS[:0], "shared_gradient targets": torch.tensor([12, 0]),

@@ -222,3 +222,13 @@ def test_a_defended_update_gives_context_aware_defenses_the_client():
                          iterations=2, record_every=1)
     assert result.reconstruction.shape == case.inputs.shape
 
+
+
+@pytest.mark.parametrize("decay", [True, False, "step", "cosine", "linear"])
+def test_every_documented_schedule_is_accepted_and_runs(decay):
+    model = tiny_convnet(dtype=torch.float32)
+    inputs = torch.rand((1, *SHAPE), generator=torch.Generator().manual_seed(0))
+    target = [g.detach() for g in gradients.batch_gradient(model, inputs, torch.tensor([1]))]
+    result = gradcore.attack("inverting_gradients", model, target, shape=SHAPE, labels=torch.tensor([1]),
+                             progress=False, iterations=3, decay=decay)
+    assert torch.isfinite(result.reconstruction).all()
