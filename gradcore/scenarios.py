@@ -9,13 +9,13 @@ scenarios) and :mod:`gradcore.experiments` (the chapters' experiments built on t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 import torch
 from torch import nn
 
-from . import attacks, client, data, gradients, models
+from . import attacks, client, data, gradients, models, specs
 from . import validation as check
 
 
@@ -41,8 +41,11 @@ class Scenario:
         """The client holding only sample ``index`` of this batch, with the same model."""
         return Scenario(self.model, self.inputs[index : index + 1], self.labels[index : index + 1], self.loss, self.name)
 
-    def gradient(self, defense: str | None = None, seed: int = 0, **defense_options) -> tuple:
-        """The gradient the client shares, after ``defense`` (a :data:`gradcore.DEFENSES` name)."""
+    def gradient(self, defense: str | Mapping | None = None, seed: int = 0, **defense_options) -> tuple:
+        """The gradient the client shares, after ``defense``: a :data:`gradcore.DEFENSES` name with
+        ``defense_options``, or a defense spec as the papers' settings hold it (``{"defense": "censor",
+        "trials": 20}``; see :mod:`gradcore.specs`)."""
+        defense, defense_options = _defense(defense, defense_options)
         return client.shared_gradient(self.model, self.inputs, self.labels, self.loss, defense, seed, **defense_options)
 
     def update(self, lr: float, epochs: int = 1, batch_size: int | None = None) -> tuple:
@@ -58,7 +61,7 @@ class Scenario:
         """
         return self.labels if (known or self.loss != "cross_entropy") else None
 
-    def attack(self, name: str, defense: str | None = None, defense_options: dict | None = None, known_labels: bool = True,
+    def attack(self, name: str, defense: str | Mapping | None = None, defense_options: dict | None = None, known_labels: bool = True,
                seed: int = 0, progress: bool = False, local: dict | None = None, **config) -> attacks.AttackResult:
         """Share a (defended) gradient and run the attack ``name`` on it.
 
@@ -67,12 +70,31 @@ class Scenario:
         ``batch_size``) makes the client share a FedAvg update after local training
         instead of one gradient, and tells the attack to unroll that training.
         """
-        shared = client.share(self.model, self.inputs, self.labels, self.loss, defense, seed, local, **(defense_options or {}))
+        defense, options = _defense(defense, defense_options or {})
+        shared = client.share(self.model, self.inputs, self.labels, self.loss, defense, seed, local, **options)
         if local is not None:
             config["local"] = local
         labels = self.attacker_labels(known_labels)
         return attacks.attack(name, self.model, shared, shape=self.shape, batch_size=self.batch_size, labels=labels,
                               loss=self.loss, truth=self.inputs, seed=seed, progress=progress, **config)
+
+
+def _defense(defense: str | Mapping | None, options: Mapping) -> tuple[str | None, dict]:
+    """A defense name and its options, from a name and options or from a defense spec.
+
+    A spec's ``defended_rounds`` says when a deployment defends; one shared gradient is
+    defended. A ``dp_sgd`` spec changes how the client trains, not one gradient: refused.
+    """
+    if not isinstance(defense, Mapping):
+        return defense, dict(options)
+    read = specs.defense_spec(defense)
+    if read.dp_sgd is not None:
+        raise check.GradcoreValueError("a dp_sgd spec describes how a deployment trains (per-sample clipping and noise), "
+                                       "not one shared gradient; use gradcore.privacy.dp_sgd_gradient")
+    repeated = sorted(set(read.options) & set(options))
+    if repeated:
+        raise check.GradcoreValueError(f"defense option {', '.join(repeated)} given twice: in the spec and as an argument")
+    return read.name, {**read.options, **options}
 
 
 def scenario(dataset: data.Dataset, model: str | nn.Module, batch_size: int = 1, seed: int = 0, num_classes: int | None = None,

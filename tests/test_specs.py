@@ -37,3 +37,22 @@ def test_the_matrix_refuses_a_deployments_extras_instead_of_ignoring_them(digits
         with pytest.raises(GradcoreValueError, match="one round's gradient"):
             evaluation.matrix({"closed": {"attack": "closed_form"}}, {"d": {"defense": "noise", "sigma": 0.1, **extra}},
                               cases, metrics=("mse",), progress=False)
+
+
+def test_a_scenario_shares_a_gradient_from_a_spec_exactly_as_from_a_name_and_options(digits):
+    case = experiments.scenario(digits, "mlp", 2, seed=0, widths=(8,))
+    spec = {"defense": "censor", "trials": 3, "lr": 0.1, "defended_rounds": 1}
+    from_spec = case.gradient(spec, seed=4)
+    from_name = case.gradient("censor", seed=4, trials=3, lr=0.1)
+    assert all((a == b).all() for a, b in zip(from_spec, from_name))
+    assert all((a == b).all() for a, b in zip(case.gradient({"defense": None}), case.gradient()))
+    attacked = case.attack("dlg", spec, iterations=1, seed=4)
+    assert attacked.reconstruction.shape == case.inputs.shape
+
+
+def test_a_scenario_refuses_a_spec_it_cannot_share_once_or_an_option_given_twice(digits):
+    case = experiments.scenario(digits, "mlp", 2, seed=0, widths=(8,))
+    with pytest.raises(GradcoreValueError, match="dp_sgd spec describes how a deployment trains"):
+        case.gradient({"defense": None, "dp_sgd": {"max_grad_norm": 1.0}})
+    with pytest.raises(GradcoreValueError, match="trials given twice"):
+        case.gradient({"defense": "censor", "trials": 3}, trials=4)

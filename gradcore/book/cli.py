@@ -453,6 +453,12 @@ def _drift_report(root: Path, labels: list[str]) -> int:
     return 1 if failed else 0
 
 
+def add_jobs(subparser: argparse.ArgumentParser) -> None:
+    """The ``--jobs`` option every subcommand that runs chapters or checks in parallel shares."""
+    subparser.add_argument("--jobs", type=int,
+                           help="processes at once, one thread each (default: GRADCORE_JOBS, else the number of cores)")
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gradcore", description="Execute, build and check the gradcore book.")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -482,18 +488,18 @@ def parser() -> argparse.ArgumentParser:
                                    "formats to _build/smoke/data (GRADCORE_DATA) unless --data names real ones.")
     p.add_argument("--chapter", action="append", help="only this chapter (repeatable); default: all")
     p.add_argument("--data", help="a folder holding cifar-10-batches-py/ etc. (default: write fixtures)")
-    p.add_argument("--jobs", type=int, help="processes at once, one thread each (default: GRADCORE_JOBS, else the number of cores)")
+    add_jobs(p)
     p.set_defaults(fn=cmd_smoke)
 
     p = sub.add_parser("build", help="execute every chapter (ci profile), then build _build/html")
     p.add_argument("--no-execute", action="store_true", help="build from the committed notebooks only")
-    p.add_argument("--jobs", type=int, help="processes at once, one thread each (default: GRADCORE_JOBS, else the number of cores)")
+    add_jobs(p)
     p.set_defaults(fn=cmd_build)
 
     p = sub.add_parser("check", help="freshness, nbval, jupyter-book build -W, browser check")
     p.add_argument("--exact", action="store_true",
                    help="compare outputs character by character (only the machine type that made them passes)")
-    p.add_argument("--jobs", type=int, help="processes at once, one thread each (default: GRADCORE_JOBS, else the number of cores)")
+    add_jobs(p)
     p.set_defaults(fn=cmd_check)
 
     p = sub.add_parser("test", help="what CI runs: unit tests, smoke runs, freshness, nbval, strict build, browser check",
@@ -501,7 +507,7 @@ def parser() -> argparse.ArgumentParser:
                                    "tests, the paper profiles' smoke runs, nbval of every notebook, the strict book "
                                    "build and the browser check.")
     p.add_argument("--exact", action="store_true", help="compare outputs character by character")
-    p.add_argument("--jobs", type=int, help="processes at once, one thread each (default: GRADCORE_JOBS, else the number of cores)")
+    add_jobs(p)
     p.set_defaults(fn=cmd_test)
 
     p = sub.add_parser("browser", help="open every page of the built book in headless Chromium and check it")
@@ -527,7 +533,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("label", nargs="?")
     p.add_argument("items", nargs="*", metavar="VAR=VALUE")
     p.add_argument("--log", help="with report: summarise a GRADCORE_DRIFT_LOG file instead of notebooks/drift/")
-    p.add_argument("--jobs", type=int, help="processes at once, one thread each (default: GRADCORE_JOBS, else the number of cores)")
+    add_jobs(p)
     p.set_defaults(fn=cmd_drift)
 
     p = sub.add_parser("seeds", help="rerun chapters with other seeds and report whether their claims hold",
@@ -536,7 +542,7 @@ def parser() -> argparse.ArgumentParser:
                                    "chapter, how many claims held and the rows closest to failing.")
     p.add_argument("seeds", nargs="+", type=int, metavar="SEED")
     p.add_argument("--chapter", action="append", help="only this chapter (repeatable); default: all")
-    p.add_argument("--jobs", type=int, help="processes at once, one thread each (default: GRADCORE_JOBS, else the number of cores)")
+    add_jobs(p)
     p.set_defaults(fn=cmd_seeds)
     return ap
 

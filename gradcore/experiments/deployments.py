@@ -92,8 +92,9 @@ def with_architecture(evaluation: Evaluation, attacks: Mapping[str, Mapping], la
     ``evaluation`` is extended in place and returned.
     """
     for scenario_label, cases in scenarios.items():
-        ran = {a: specs.attack_spec(spec).without_limits() for a, spec in attacks.items()
-               if evaluation.ran(scenario_label, a, baseline) and specs.attack_spec(spec).defenses is None}
+        parsed = {a: specs.attack_spec(spec) for a, spec in attacks.items()}
+        ran = {a: spec.without_limits() for a, spec in parsed.items()
+               if evaluation.ran(scenario_label, a, baseline) and spec.defenses is None}
         changed = matrix(ran, {label: {"defense": None}}, {scenario_label: cases}, evaluation.metrics, seed, progress)
         for attack_label in ran:
             if (scenario_label, attack_label) in changed.skipped:  # refused every case: the change blocked it

@@ -16,7 +16,7 @@ from torch import nn
 
 from .. import data, defenses, evaluation, generative, models, papers
 from ..scenarios import scenarios
-from . import deployments as fedsgd_deployments
+from .deployments import over_rounds as attack_rounds  # this module has its own over_rounds
 from . import generative as generative_experiments
 
 #: Whose settings these functions read: every ``settings`` argument is ``PAPER.settings(profile)``.
@@ -113,7 +113,7 @@ def over_rounds(attacks: Mapping[str, Mapping], names: Sequence[str], targets: M
     every setting restriction of the attacks' specs is dropped, since the model is the deployment's.
     """
     chosen = {name: {key: value for key, value in attacks[name].items() if key != "scenarios"} for name in names}
-    return fedsgd_deployments.over_rounds(chosen, targets, snapshots, dataset, images=images, seed=seed)
+    return attack_rounds(chosen, targets, snapshots, dataset, images=images, seed=seed)
 
 
 def protection_row(label: str, grid: evaluation.Evaluation, rounds_grid: evaluation.Evaluation, logs: Mapping,
