@@ -31,6 +31,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 from torch import nn
 
+from . import models
 from . import validation as check
 from .gradients import Gradient, loss_after_update, norm, stateless
 from .registry import Registry
@@ -315,10 +316,10 @@ def sparsify(gradient: Gradient, generator: torch.Generator, keep: float) -> Gra
 
 def last_linear(model: nn.Module) -> nn.Linear:
     """The model's last ``nn.Linear``: its input is the representation Soteria perturbs."""
-    layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
-    if not layers:
+    layer = models.output_layer(model)
+    if layer is None:
         raise check.GradcoreValueError("Soteria needs a model whose last layer is nn.Linear (the representation is its input)")
-    return layers[-1]
+    return layer
 
 
 def representation_sensitivity(model: nn.Module, inputs: torch.Tensor) -> torch.Tensor:

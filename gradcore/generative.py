@@ -33,6 +33,7 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from . import data as datasets
+from . import models
 from . import validation as check
 
 
@@ -187,13 +188,9 @@ def train_gan(dataset: datasets.Dataset, steps: int = 2000, batch_size: int = 64
     check.boolean("progress", progress)
     check.integer("seed", seed)
     device = check.device("device", device)
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
+    with models.seeded(seed):
         generator_net = Generator(dataset.shape, dataset.num_classes, latent_dim, width).to(device)
         critic = Discriminator(dataset.shape, dataset.num_classes, width).to(device)
-    finally:
-        torch.random.set_rng_state(state)
     draws = torch.Generator().manual_seed(seed)
     optimise_g = torch.optim.Adam(generator_net.parameters(), lr=lr, betas=(0.5, 0.999))
     optimise_d = torch.optim.Adam(critic.parameters(), lr=lr, betas=(0.5, 0.999))
@@ -235,12 +232,8 @@ def freeze(generator: Generator) -> Generator:
 
 def untrained(like: Generator, seed: int = 0) -> Generator:
     """A generator of the same architecture with fresh, seeded weights: the control prior that knows nothing."""
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
+    with models.seeded(seed):
         fresh = Generator(like.image_shape, like.num_classes, like.latent_dim, like.width)
-    finally:
-        torch.random.set_rng_state(state)
     return freeze(fresh.to(next(like.parameters()).device))
 
 

@@ -7,6 +7,7 @@ usual entry point.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Sequence
 
@@ -83,12 +84,30 @@ def build(name: str, shape: Sequence[int], num_classes: int, seed: int = 0, **op
     if dimensions is not None and (len(shape) != dimensions or min(shape[1:]) < smallest):
         raise check.GradcoreValueError(f"model {name!r} takes images shaped (C, H, W) with H and W at least {smallest}; "
                                        f"got shape {tuple(shape)}")
-    generator_state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
+    with seeded(seed):
         return MODELS[name](tuple(shape), num_classes, **options)
-    finally:
-        torch.random.set_rng_state(generator_state)
+
+
+@contextlib.contextmanager
+def seeded(seed: int):
+    """Run the block with torch's CPU generator seeded, and give the caller's generator state back after.
+
+    What builds a network with seeded weights uses it, so that building one never moves the
+    random stream of the code around it.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def output_layer(model: nn.Module) -> nn.Linear | None:
+    """The model's last ``nn.Linear`` (its fully-connected output layer), or None if it has none.
+
+    Label inference (iDLG), soft labels, Soteria and the GAN-prior attacks read it; each
+    caller says in its own words why it needs one.
+    """
+    layers = [module for module in model.modules() if isinstance(module, nn.Linear)]
+    return layers[-1] if layers else None
 
 
 #: Models that take images: ``name -> (dimensions of one input, smallest height and width)``.

@@ -12,12 +12,14 @@ imported here so the registry is complete on ``import gradcore``:
 * :mod:`~gradcore.attacks.exclusivity`: the deterministic attacks of Pan et al. (2022);
 * :mod:`~gradcore.attacks.regularised`: regularised gradient matching (Qian et al.);
 * :mod:`~gradcore.attacks.generative`: searches with a generative prior: GGL, GIAS, GIFD
-  (Li et al., 2022; Jeon et al., 2021; Fang et al., 2023).
+  (Li et al., 2022; Jeon et al., 2021; Fang et al., 2023);
+* :mod:`~gradcore.attacks.shared`: what the families share: the Euclidean and cosine
+  matching distances and iDLG's label inference.
 
 The README's "Adding an attack" says how to add one.
 """
 
-from . import analytic, exclusivity, generative, inverting, matching, regularised
+from . import analytic, exclusivity, generative, inverting, matching, regularised, shared
 from .base import (
     ATTACKS,
     INITIALISERS,
@@ -33,8 +35,9 @@ from .base import (
     optimise,
     recorder,
 )
-from .matching import dlg, euclidean_distance, idlg, infer_labels
+from .matching import dlg, idlg
+from .shared import cosine_distance, euclidean_distance, infer_labels
 
 __all__ = ["ATTACKS", "INITIALISERS", "OPTIMISERS", "AttackResult", "Observation", "OptimiserSteps", "Steps", "analytic",
-           "attack", "dlg", "empty_history", "euclidean_distance", "exclusivity", "first_linear", "generative", "idlg", "infer_labels",
-           "inverting", "last_linear", "matching", "optimise", "recorder", "regularised"]
+           "attack", "cosine_distance", "dlg", "empty_history", "euclidean_distance", "exclusivity", "first_linear", "generative", "idlg", "infer_labels",
+           "inverting", "last_linear", "matching", "optimise", "recorder", "regularised", "shared"]

@@ -25,7 +25,7 @@ from torch import nn
 from tqdm import tqdm
 
 from .. import gradients as grads
-from .. import metrics
+from .. import metrics, models
 from .. import validation as check
 from ..registry import Registry
 
@@ -240,11 +240,12 @@ def first_linear(model: nn.Module) -> nn.Linear:
 
 
 def last_linear(model: nn.Module) -> nn.Linear:
-    """The model's fully-connected output layer (label inference and soft labels read it)."""
-    layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
-    if not layers:
+    """The model's fully-connected output layer (label inference and soft labels read it); an attack refuses
+    a model without one."""
+    layer = models.output_layer(model)
+    if layer is None:
         raise check.AttackRefused("label inference needs a fully-connected output layer")
-    return layers[-1]
+    return layer
 
 
 # ----------------------------------------------------------------------------------

@@ -31,9 +31,8 @@ from .. import gradients as grads
 from .. import validation as check
 from ..generative import Generator, copy_of
 from ..registry import Registry
-from .base import ATTACKS, AttackResult, Observation, Steps, optimise
-from .inverting import cosine_distance
-from .matching import infer_labels
+from .base import ATTACKS, AttackResult, Observation, Steps, last_linear, optimise
+from .shared import cosine_distance, infer_labels
 
 
 def check_prior(observation: Observation, generator) -> torch.Tensor:
@@ -151,7 +150,7 @@ def _imitate_compression(observation: Observation, noise_sigma: float) -> Callab
 @EMULATIONS.register("representation")
 def _imitate_representation(observation: Observation, noise_sigma: float) -> Callable[[list], list]:
     """Zero the columns of the last linear weight's gradient that the shared one has at zero (Soteria's pruned features)."""
-    layer = defenses.last_linear(observation.model)
+    layer = last_linear(observation.model)
     trained = [p for p in observation.model.parameters() if p.requires_grad]
     index = next(i for i, p in enumerate(trained) if p is layer.weight)
     columns = observation.gradient[index].ne(0).any(dim=0).to(observation.gradient[index].dtype)

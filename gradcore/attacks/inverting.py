@@ -29,7 +29,7 @@ from .. import gradients as grads
 from .. import validation as check
 from ..defenses import censor_candidate
 from .base import ATTACKS, INITIALISERS, AttackResult, Observation, Steps, optimise
-from .matching import infer_labels
+from .shared import cosine_distance, infer_labels
 
 
 def total_variation(images: torch.Tensor) -> torch.Tensor:
@@ -37,14 +37,6 @@ def total_variation(images: torch.Tensor) -> torch.Tensor:
     horizontal = (images[..., :, 1:] - images[..., :, :-1]).abs().mean()
     vertical = (images[..., 1:, :] - images[..., :-1, :]).abs().mean()
     return horizontal + vertical
-
-
-def cosine_distance(candidate: Sequence[torch.Tensor], target: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``1 - cos(g, g*)`` over the whole gradient, all layers as one vector (Geiping et al., Eq. 4)."""
-    dot = sum((c * t).sum() for c, t in zip(candidate, target))
-    candidate_norm = torch.sqrt(sum(c.pow(2).sum() for c in candidate))
-    target_norm = torch.sqrt(sum(t.pow(2).sum() for t in target))
-    return 1 - dot / (candidate_norm * target_norm + 1e-12)
 
 
 def batched_objective(model: nn.Module, target: Sequence[torch.Tensor], labels: torch.Tensor, loss: str | Callable,

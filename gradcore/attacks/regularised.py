@@ -22,7 +22,7 @@ from .base import (
     OptimiserSteps,
     optimise,
 )
-from .matching import euclidean_distance, infer_labels
+from .shared import euclidean_distance, infer_labels
 
 
 def _orthogonality(batch: torch.Tensor) -> torch.Tensor:

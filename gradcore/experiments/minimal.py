@@ -26,12 +26,8 @@ from ..scenarios import scenario, scenarios
 
 def cnn_case(dataset, seed: int = 0, **options):
     """A one-instance :class:`gradcore.experiments.Scenario` on a seeded float64 :func:`gradcore.models.conv_mlp`."""
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
+    with models.seeded(seed):
         model = models.conv_mlp(dataset.shape, dataset.num_classes, **options)
-    finally:
-        torch.random.set_rng_state(state)
     return scenario(dataset, model, 1, seed=seed, dtype=torch.float64)
 
 

@@ -16,8 +16,8 @@ from torch import nn
 
 from .. import data, defenses, evaluation, generative, models, papers
 from ..scenarios import scenarios
-from .deployments import over_rounds as attack_rounds  # this module has its own over_rounds
 from . import generative as generative_experiments
+from .deployments import over_rounds as attack_rounds  # this module has its own over_rounds
 
 #: Whose settings these functions read: every ``settings`` argument is ``PAPER.settings(profile)``.
 PAPER = papers.WHAT_PROTECTS
