@@ -178,8 +178,9 @@ def convnet(shape: Sequence[int], num_classes: int, width: int = 64, padding_mod
     max-pool, then one linear layer; every convolution is 3x3 with batch norm and ReLU.
     The convolutions carry biases, as in the authors' model (and breaching's ``ConvNet``):
     a bias's gradient is the sum of its channel's backpropagated signal over the image,
-    and the attack reads it. On the same crop and budget, ``bias=False`` leaves the
-    cosine attack about 8 dB closer to a flat image (``bench/ig_floor.py``).
+    and the attack reads it. On four real CIFAR-10 test images, 500 iterations of the
+    cosine attack end 1.2 to 4.2 dB closer to a flat image with ``bias=False``
+    (``bench/ig_floor.py --no-bias``).
     """
     channels = [shape[0], width, 2 * width, 2 * width, 4 * width, 4 * width, 4 * width]
     layers: list[nn.Module] = []

@@ -172,3 +172,30 @@ def test_a_model_named_with_its_options_is_that_model_configured():
         models.build("resnet(width=8)", (3, 32, 32), 10, width=4)
     with pytest.raises(GradcoreTypeError, match="registry name"):
         models.build(8, (3, 32, 32), 10)
+
+
+def test_seeded_gives_the_callers_random_stream_back_and_repeats_itself():
+    torch.manual_seed(11)
+    expected = torch.rand(3)
+    torch.manual_seed(11)
+    with models.seeded(5):
+        first = torch.rand(2)
+    assert torch.equal(torch.rand(3), expected)  # the block did not move the caller's stream
+    with models.seeded(5):
+        assert torch.equal(torch.rand(2), first)
+
+
+def test_output_layer_is_the_last_linear_or_none():
+    mlp = models.build("mlp", (1, 4, 4), 3, widths=(5,))
+    assert models.output_layer(mlp) is mlp[-1]
+    assert models.output_layer(torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.ReLU())) is None
+
+
+def test_the_convnet_has_the_papers_convolution_biases_unless_told_not_to():
+    with_bias = models.build("convnet", (3, 9, 9), 2, width=2)
+    without = models.build("convnet", (3, 9, 9), 2, width=2, bias=False)
+    convolutions = [m for m in with_bias.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert all(m.bias is not None for m in convolutions)
+    assert all(m.bias is None for m in without.modules() if isinstance(m, torch.nn.Conv2d))
+    count = sum(p.numel() for p in with_bias.parameters()) - sum(p.numel() for p in without.parameters())
+    assert count == sum(m.out_channels for m in convolutions)
