@@ -509,5 +509,18 @@ def options(owner: str, function: Callable, given: dict, skip: Sequence[str] = (
     if missing:
         raise GradcoreTypeError(f"{owner} needs the option{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
     for key, value in given.items():
-        if key in OPTION_RULES:
+        if key in OPTION_RULES and not _is_default(parameters.get(key), value):
             OPTION_RULES[key](f"{key} (option of {owner})", value)
+
+
+def _is_default(parameter: inspect.Parameter | None, value: Any) -> bool:
+    """Whether ``value`` is the function's own documented default (``None`` for "native size", say).
+
+    A shared rule may be stricter than one function's default (``size`` is a positive count for
+    most data sets, ``None`` keeps CIFAR's native 32x32): passing the default explicitly is
+    always allowed.
+    """
+    if parameter is None or parameter.default is inspect.Parameter.empty:
+        return False
+    default = parameter.default
+    return value is default or (type(value) is type(default) and isinstance(value, (bool, int, float, str)) and value == default)

@@ -487,3 +487,22 @@ def test_no_notebook_or_file_is_touched_by_a_refused_call(tmp_path, monkeypatch)
         with pytest.raises(GradcoreError):
             BAD_CALLS[call][1](-1)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_every_registered_function_accepts_its_own_defaults_passed_explicitly():
+    """A shared option rule may be stricter than one function (``size=None`` keeps CIFAR's native 32x32)."""
+    import inspect
+
+    for registry in (gradcore.ATTACKS, gradcore.DEFENSES, gradcore.MODELS, gradcore.DATASETS, gradcore.METRICS):
+        for name in registry.names():
+            parameters = inspect.signature(registry[name]).parameters
+            defaults = {key: p.default for key, p in parameters.items()
+                        if key in validation.OPTION_RULES and p.default is not inspect.Parameter.empty}
+            required = [key for key, p in parameters.items() if p.default is inspect.Parameter.empty]
+            validation.options(f"{name!r}", registry[name], defaults, skip=required)
+
+
+def test_an_explicit_default_is_accepted_but_the_same_value_elsewhere_is_still_refused():
+    assert data.load("cifar10_samples", size=None).shape == (3, 32, 32)
+    with pytest.raises(GradcoreTypeError, match="size"):
+        data.load("photos", size=None)
