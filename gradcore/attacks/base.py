@@ -239,12 +239,12 @@ def first_linear(model: nn.Module) -> nn.Linear:
     raise check.AttackRefused("the closed form needs a model whose first weighted layer is fully connected")
 
 
-def last_linear(model: nn.Module) -> nn.Linear:
+def last_linear(model: nn.Module, purpose: str = "label inference") -> nn.Linear:
     """The model's fully-connected output layer (label inference and soft labels read it); an attack refuses
-    a model without one."""
+    a model without one, saying for what (``purpose``) it needed it."""
     layer = models.output_layer(model)
     if layer is None:
-        raise check.AttackRefused("label inference needs a fully-connected output layer")
+        raise check.AttackRefused(f"{purpose} needs a fully-connected output layer")
     return layer
 
 

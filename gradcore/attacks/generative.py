@@ -150,7 +150,7 @@ def _imitate_compression(observation: Observation, noise_sigma: float) -> Callab
 @EMULATIONS.register("representation")
 def _imitate_representation(observation: Observation, noise_sigma: float) -> Callable[[list], list]:
     """Zero the columns of the last linear weight's gradient that the shared one has at zero (Soteria's pruned features)."""
-    layer = last_linear(observation.model)
+    layer = last_linear(observation.model, "imitating Soteria's pruned representation")
     trained = [p for p in observation.model.parameters() if p.requires_grad]
     index = next(i for i, p in enumerate(trained) if p is layer.weight)
     columns = observation.gradient[index].ne(0).any(dim=0).to(observation.gradient[index].dtype)

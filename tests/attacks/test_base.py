@@ -236,3 +236,14 @@ def test_optimise_stops_on_a_non_finite_objective(mlp_case):
     assert result.diverged and result.history["iteration"] == [0, 1]
     assert torch.equal(result.reconstruction, torch.ones(1, 1, 8, 8))
 
+
+
+def test_a_model_without_an_output_layer_is_refused_naming_what_needed_it():
+    from gradcore.attacks.base import last_linear
+    from gradcore.errors import AttackRefused
+
+    convolutional = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.ReLU())
+    with pytest.raises(AttackRefused, match="label inference needs a fully-connected output layer"):
+        last_linear(convolutional)
+    with pytest.raises(AttackRefused, match="^imitating Soteria"):
+        last_linear(convolutional, "imitating Soteria's pruned representation")
