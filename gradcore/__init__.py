@@ -5,27 +5,36 @@ The library behind the gradcore book. One module per concept:
 * :mod:`gradcore.data`: offline datasets (digits, photos, optional CIFAR/ImageNet);
 * :mod:`gradcore.models`: the attacked networks (linear unit, MLP, LeNet, ConvNet, ResNet);
 * :mod:`gradcore.gradients`: what a client computes (gradients, local updates);
-* :mod:`gradcore.defenses`: what a client does to its gradient first (noise, clipping, top-k, Soteria, CENSOR);
+* :mod:`gradcore.defenses`: what a client does to its gradient first (noise, clipping, top-k,
+Soteria, CENSOR);
 * :mod:`gradcore.client`: what a client shares: its gradient or update, after its defense;
 * :mod:`gradcore.federated`: Dirichlet non-i.i.d. clients and FedSGD with a defense on every update;
-* :mod:`gradcore.privacy`: the (epsilon, delta) of clipped Gaussian noise (Opacus's accountants) and DP-SGD clients;
+* :mod:`gradcore.privacy`: the (epsilon, delta) of clipped Gaussian noise (Opacus's accountants) and
+DP-SGD clients;
 * :mod:`gradcore.evaluation`: every attack against every defense, scored;
-* :mod:`gradcore.attacks`: every attack behind one contract, one module per family (matching, inverting,
+* :mod:`gradcore.attacks`: every attack behind one contract, one module per family (matching,
+inverting,
   analytic, exclusivity, regularised, generative);
-* :mod:`gradcore.flower`: a real Flower deployment on loopback, with a curious server that keeps every client's update;
-* :mod:`gradcore.scenarios`: a client's situation (its private batch, the model it received), ready to attack;
+* :mod:`gradcore.flower`: a real Flower deployment on loopback, with a curious server that keeps
+every client's update;
+* :mod:`gradcore.scenarios`: a client's situation (its private batch, the model it received), ready
+to attack;
 * :mod:`gradcore.experiments`: the chapters' experiments (scenarios re-exported);
-* :mod:`gradcore.analysis`: the exact analyses, a wing of their own (float64 numpy where the maths is exact):
-  ``dense`` (one dense network), ``linear`` (the linear unit), ``walkback`` (Geiping et al.'s Proposition 3.1),
-  ``exclusivity`` (Pan et al., 2022: ExAN, secure boundary, artifact batches, reduction), ``minimal``
-  (minimal model structure: closed forms, counting, deconvolution), ``blas`` (BLAS thread control);
+* :mod:`gradcore.analysis`: the exact analyses, a wing of their own (float64 numpy where the maths
+is exact):
+  ``dense`` (one dense network), ``linear`` (the linear unit), ``walkback`` (Geiping et al.'s
+  Proposition 3.1), ``exclusivity`` (Pan et al., 2022: ExAN, secure boundary, artifact batches,
+  reduction), ``minimal`` (minimal model structure: closed forms, counting, deconvolution), ``blas``
+  (BLAS thread control);
 * :mod:`gradcore.metrics`: MSE, PSNR, SSIM, LPIPS;
 * :mod:`gradcore.plots`: the book's figures;
 * :mod:`gradcore.claims`: paper-vs-reproduced tables that chapters assert on;
 * :mod:`gradcore.papers`: every paper's hyper-parameters and reported numbers, as data;
-* :mod:`gradcore.specs`: attack and defense specs (the dicts papers and chapters write) read in one place;
+* :mod:`gradcore.specs`: attack and defense specs (the dicts papers and chapters write) read in one
+place;
 * :mod:`gradcore.validation`: the checks every entry point runs on its arguments, and the
-  library's errors (:class:`GradcoreError`, :class:`GradcoreValueError`, :class:`GradcoreTypeError`).
+  library's errors (:class:`GradcoreError`, :class:`GradcoreValueError`,
+  :class:`GradcoreTypeError`).
 
 The book's own tooling is a wing of its own, :mod:`gradcore.book` (the ``gradcore`` command, chapter
 execution, the output check, the Status and results pages, the browser check, the job pool): the
@@ -42,16 +51,51 @@ __version__ = "0.1.0"
 
 #: Submodules, imported on first use (``gradcore.data``, ``from gradcore import data``): the command
 #: line (``gradcore run``, ``gradcore test``) and the output check start without importing torch.
-SUBMODULES = ("analysis", "attacks", "book", "claims", "client", "data", "defenses", "errors", "evaluation",
-              "experiments", "federated", "flower", "generative", "gradients", "metrics", "models", "papers",
-              "plots", "privacy", "registry", "scenarios", "specs", "training", "validation")
+SUBMODULES = (
+    "analysis",
+    "attacks",
+    "book",
+    "claims",
+    "client",
+    "data",
+    "defenses",
+    "errors",
+    "evaluation",
+    "experiments",
+    "federated",
+    "flower",
+    "generative",
+    "gradients",
+    "metrics",
+    "models",
+    "papers",
+    "plots",
+    "privacy",
+    "registry",
+    "scenarios",
+    "specs",
+    "training",
+    "validation",
+)
 #: Names the package exports from its submodules, imported with them on first use.
 EXPORTS = {
-    "ATTACKS": "attacks", "AttackResult": "attacks", "attack": "attacks", "infer_labels": "attacks",
-    "Claims": "claims", "DATASETS": "data", "DEFENSES": "defenses", "defend": "defenses",
-    "share": "client", "shared_gradient": "client", "batch_gradient": "gradients",
-    "per_sample_gradients": "gradients", "METRICS": "metrics", "MODELS": "models",
-    "GradcoreError": "errors", "GradcoreTypeError": "errors", "GradcoreValueError": "errors",
+    "ATTACKS": "attacks",
+    "AttackResult": "attacks",
+    "attack": "attacks",
+    "infer_labels": "attacks",
+    "Claims": "claims",
+    "DATASETS": "data",
+    "DEFENSES": "defenses",
+    "defend": "defenses",
+    "share": "client",
+    "shared_gradient": "client",
+    "batch_gradient": "gradients",
+    "per_sample_gradients": "gradients",
+    "METRICS": "metrics",
+    "MODELS": "models",
+    "GradcoreError": "errors",
+    "GradcoreTypeError": "errors",
+    "GradcoreValueError": "errors",
 }
 
 

@@ -22,7 +22,8 @@ from .papers import smoke_run
 #: (:mod:`gradcore.book.reproducibility`) compares cell by cell.
 TABLE_MIME = "application/vnd.gradcore.table+json"
 
-#: Set (to 1) by ``gradcore seeds``: every claim is computed and shown with its verdict ("NO" where it
+#: Set (to 1) by ``gradcore seeds``: every claim is computed and shown with its verdict ("NO" where
+#: it
 #: fails), and ``Claims.check()`` reports the failures instead of raising, so one failing claim does
 #: not hide how the chapter's other claims fared at that seed.
 REPORT_VARIABLE = "GRADCORE_CLAIMS_REPORT"
@@ -62,26 +63,47 @@ def bounded(value: float, diverged_above: float = 1e3):
     return value
 
 
-def _mimebundle(title: str, header: list, rows: list, exact: list, plain: str, html_text: str,
-                rows_say_kind: bool = False, derived: list | None = None) -> dict:
+def _mimebundle(
+    title: str,
+    header: list,
+    rows: list,
+    exact: list,
+    plain: str,
+    html_text: str,
+    rows_say_kind: bool = False,
+    derived: list | None = None,
+) -> dict:
     """Text, HTML and the cells as JSON (what ``gradcore check`` compares, see reproducibility).
 
     ``derived`` columns follow from compared ones (a claim's margin from its reproduced value
     and its bound) and are not compared again.
     """
-    table = {"title": title, "header": list(header), "rows": rows, "exact": exact, "rows_say_kind": rows_say_kind}
+    table = {
+        "title": title,
+        "header": list(header),
+        "rows": rows,
+        "exact": exact,
+        "rows_say_kind": rows_say_kind,
+    }
     if derived:
         table["derived"] = list(derived)
     return {"text/plain": plain, "text/html": html_text, TABLE_MIME: table}
 
 
-#: A claims row's class and mark in the HTML (the book's stylesheet colours them; the mark survives print).
+#: A claims row's class and mark in the HTML (the book's stylesheet colours them; the mark survives
+#: print).
 #: How a ``not reproduced`` row's test column starts; the reason follows.
 NOT_REPRODUCED_PREFIX = "not reproduced: "
 #: The front page's section on reading a claims table, from a chapter's page in the built book.
 READING_GUIDE = "../book/intro.html#how-to-read-a-claims-table"
-_VERDICT_HTML = {True: ("claim-holds", "\u2713"), False: ("claim-fails", "\u2717"), None: ("claim-not-reproduced", "\u2013")}
-_NUMBER = re.compile(r"^[+-]?(\d[\d,]*\.?\d*|\.\d+)(e[+-]?\d+)?( ?(%|dB|s|x))?$|^(inf|-inf|nan)$", re.IGNORECASE)
+_VERDICT_HTML = {
+    True: ("claim-holds", "\u2713"),
+    False: ("claim-fails", "\u2717"),
+    None: ("claim-not-reproduced", "\u2013"),
+}
+_NUMBER = re.compile(
+    r"^[+-]?(\d[\d,]*\.?\d*|\.\d+)(e[+-]?\d+)?( ?(%|dB|s|x))?$|^(inf|-inf|nan)$", re.IGNORECASE
+)
 
 
 def _html_cell(value) -> str:
@@ -99,11 +121,14 @@ class Claim:
     paper: object
     reproduced: object
     test: str
-    holds: bool | None  # None: a claim this run could not reproduce, shown and explained, never silently dropped
+    holds: (
+        bool | None
+    )  # None: a claim this run could not reproduce, shown and explained, never silently dropped
     #: How far the measured value is from failing the test, in the claim's own unit (positive while
     #: it holds); a string where the test is not a distance (a categorical verdict).
     margin: object = None
-    #: The measured decimals the verdict turns on (one for a bound, two for an ordering), so a reader
+    #: The measured decimals the verdict turns on (one for a bound, two for an ordering), so a
+    #: reader
     #: of the table can tell how far the chapter's drift tolerance could move them (fragile rows).
     tested: tuple = ()
 
@@ -115,10 +140,16 @@ def wilson(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
     (Wilson, JASA 1927; Brown, Cai and DasGupta, Stat. Sci. 2001).
     """
     if trials < 1 or not 0 <= successes <= trials:
-        raise ValueError(f"need 0 <= successes <= trials and trials >= 1, got {successes} of {trials}")
+        raise ValueError(
+            f"need 0 <= successes <= trials and trials >= 1, got {successes} of {trials}"
+        )
     rate = successes / trials
     centre = (rate + z * z / (2 * trials)) / (1 + z * z / trials)
-    half = z / (1 + z * z / trials) * math.sqrt(rate * (1 - rate) / trials + z * z / (4 * trials * trials))
+    half = (
+        z
+        / (1 + z * z / trials)
+        * math.sqrt(rate * (1 - rate) / trials + z * z / (4 * trials * trials))
+    )
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
@@ -141,7 +172,8 @@ def _holds(test) -> bool:
 
 
 def _measured(values) -> tuple:
-    """The finite numbers among ``values`` as floats (what a drift could move; others are skipped)."""
+    """The finite numbers among ``values`` as floats (what a drift could move; others are
+    skipped)."""
     found = []
     for value in values:
         try:
@@ -154,7 +186,8 @@ def _measured(values) -> tuple:
 
 
 def _number(value) -> float:
-    """A trend's value as a float; one never measured (``None``) is NaN, which fails every comparison."""
+    """A trend's value as a float; one never measured (``None``) is NaN, which fails every
+    comparison."""
     return math.nan if value is None else float(value)
 
 
@@ -169,30 +202,58 @@ class Claims:
     """
 
     def __init__(self, title: str):
-        # A smoke run's budgets are cut to nothing: its numbers say that the code ran, not what it shows.
+        # A smoke run's budgets are cut to nothing: its numbers say that the code ran, not what it
+        # shows.
         self.smoke = smoke_run()
-        self.title = title + (" (smoke run: budgets cut, claims not asserted)" if self.smoke else "")
+        self.title = title + (
+            " (smoke run: budgets cut, claims not asserted)" if self.smoke else ""
+        )
         self.rows: list[Claim] = []
 
-    def add(self, claim: str, paper, reproduced, holds: bool, test: str = "", margin=None, tested=()) -> None:
+    def add(
+        self, claim: str, paper, reproduced, holds: bool, test: str = "", margin=None, tested=()
+    ) -> None:
         """Add a row whose verdict the caller computed.
 
         ``margin``: how far the measured value is from failing (positive while it holds), in the
         claim's unit; leave it out only for a categorical verdict (shown as "categorical").
         ``tested``: the measured values the verdict compares (for the fragile-row check).
         """
-        self.rows.append(Claim(claim, paper, reproduced, test, bool(holds), "categorical" if margin is None else margin,
-                               _measured(tested)))
+        self.rows.append(
+            Claim(
+                claim,
+                paper,
+                reproduced,
+                test,
+                bool(holds),
+                "categorical" if margin is None else margin,
+                _measured(tested),
+            )
+        )
 
     def at_most(self, claim: str, paper, reproduced: float, bound: float) -> None:
         """The reproduced value must not exceed ``bound``."""
-        self.add(claim, paper, reproduced, _holds(lambda: reproduced <= bound), f"<= {format_value(bound)}", _gap(bound, reproduced),
-                 (reproduced,))
+        self.add(
+            claim,
+            paper,
+            reproduced,
+            _holds(lambda: reproduced <= bound),
+            f"<= {format_value(bound)}",
+            _gap(bound, reproduced),
+            (reproduced,),
+        )
 
     def at_least(self, claim: str, paper, reproduced: float, bound: float) -> None:
         """The reproduced value must reach ``bound``."""
-        self.add(claim, paper, reproduced, _holds(lambda: reproduced >= bound), f">= {format_value(bound)}", _gap(reproduced, bound),
-                 (reproduced,))
+        self.add(
+            claim,
+            paper,
+            reproduced,
+            _holds(lambda: reproduced >= bound),
+            f">= {format_value(bound)}",
+            _gap(reproduced, bound),
+            (reproduced,),
+        )
 
     def close_to(self, claim: str, paper: float, reproduced: float, tolerance: float) -> None:
         """The reproduced value must lie within ``tolerance`` of the paper's."""
@@ -200,8 +261,15 @@ class Claims:
             distance = abs(reproduced - paper)
         except TypeError:  # never measured
             distance = math.nan
-        self.add(claim, paper, reproduced, distance <= tolerance, f"within {format_value(tolerance)} of paper",
-                 _gap(tolerance, distance), (reproduced,))
+        self.add(
+            claim,
+            paper,
+            reproduced,
+            distance <= tolerance,
+            f"within {format_value(tolerance)} of paper",
+            _gap(tolerance, distance),
+            (reproduced,),
+        )
 
     def rate_at_least(self, claim: str, paper, successes: int, trials: int, bound: float) -> None:
         """A claim about a method over random draws: its success rate, stated with its 95% interval.
@@ -218,59 +286,113 @@ class Claims:
         shown = f"{successes} of {trials} ({successes / trials:.0%}; 95% CI {low:.0%}-{high:.0%})"
         self.add(claim, paper, shown, low >= bound, f"95% CI above {bound:.0%}", low - bound)
 
-    def less(self, claim: str, paper, smaller: float, larger: float, names: tuple[str, str] = ("a", "b")) -> None:
+    def less(
+        self, claim: str, paper, smaller: float, larger: float, names: tuple[str, str] = ("a", "b")
+    ) -> None:
         """An ordering the paper claims: ``smaller < larger``."""
-        self.add(claim, paper, f"{names[0]} {format_value(smaller)} < {names[1]} {format_value(larger)}", _holds(lambda: smaller < larger),
-                 "ordering", _gap(larger, smaller), (smaller, larger))
+        self.add(
+            claim,
+            paper,
+            f"{names[0]} {format_value(smaller)} < {names[1]} {format_value(larger)}",
+            _holds(lambda: smaller < larger),
+            "ordering",
+            _gap(larger, smaller),
+            (smaller, larger),
+        )
 
     def increasing(self, claim: str, paper, values, names=None, strict: bool = True) -> None:
-        """A trend the paper claims: ``values`` rise along the sweep; the margin is the smallest step."""
-        self._trend(claim, paper, [_number(v) for v in values], names, strict, " < " if strict else " <= ")
+        """A trend the paper claims: ``values`` rise along the sweep; the margin is the smallest
+        step."""
+        self._trend(
+            claim, paper, [_number(v) for v in values], names, strict, " < " if strict else " <= "
+        )
 
     def decreasing(self, claim: str, paper, values, names=None, strict: bool = True) -> None:
-        """A trend the paper claims: ``values`` fall along the sweep; the margin is the smallest step."""
-        self._trend(claim, paper, [-_number(v) for v in values], names, strict, " > " if strict else " >= ", sign=-1)
+        """A trend the paper claims: ``values`` fall along the sweep; the margin is the smallest
+        step."""
+        self._trend(
+            claim,
+            paper,
+            [-_number(v) for v in values],
+            names,
+            strict,
+            " > " if strict else " >= ",
+            sign=-1,
+        )
 
     def _trend(self, claim, paper, rising, names, strict, joiner, sign=1) -> None:
         steps = [b - a for a, b in zip(rising, rising[1:])]
         holds = all(step > 0 if strict else step >= 0 for step in steps)
         labels = names or [""] * len(rising)
-        shown = joiner.join(f"{label} {format_value(sign * value)}".strip() for label, value in zip(labels, rising))
+        shown = joiner.join(
+            f"{label} {format_value(sign * value)}".strip() for label, value in zip(labels, rising)
+        )
         closest = min(range(len(steps)), key=lambda i: steps[i]) if steps else None
         tested = () if closest is None else (sign * rising[closest], sign * rising[closest + 1])
-        self.add(claim, paper, shown, holds, "increasing" if sign > 0 else "decreasing", min(steps) if steps else "categorical",
-                 tested)
+        self.add(
+            claim,
+            paper,
+            shown,
+            holds,
+            "increasing" if sign > 0 else "decreasing",
+            min(steps) if steps else "categorical",
+            tested,
+        )
 
     def not_reproduced(self, claim: str, paper, reproduced, reason: str) -> None:
-        """A claim the chapter's setting does not reproduce: listed with the reason, not asserted."""
-        self.rows.append(Claim(claim, paper, reproduced, f"{NOT_REPRODUCED_PREFIX}{reason}", None, "not asserted"))
+        """A claim the chapter's setting does not reproduce: listed with the reason, not
+        asserted."""
+        self.rows.append(
+            Claim(
+                claim, paper, reproduced, f"{NOT_REPRODUCED_PREFIX}{reason}", None, "not asserted"
+            )
+        )
 
     @property
     def failures(self) -> list[Claim]:
         return [row for row in self.rows if row.holds is False]
 
     def check(self) -> "Claims":
-        """Raise ``AssertionError`` naming every claim that does not hold (in a smoke run: only print them)."""
+        """Raise ``AssertionError`` naming every claim that does not hold (in a smoke run: only
+        print them)."""
         if self.smoke:
-            print(f"smoke run: {len(self.rows)} claims computed, not asserted ({len(self.failures)} would not hold "
-                  "at these budgets)")
+            print(
+                f"smoke run: {len(self.rows)} claims computed, not asserted ({len(self.failures)} "
+                "would not hold at these budgets)"
+            )
             return self
         if self.failures and report_only():
-            print(f"{len(self.failures)} of {len(self.rows)} claims do not hold (reported, not asserted: "
-                  f"{REPORT_VARIABLE} is set)")
+            print(
+                f"{len(self.failures)} of {len(self.rows)} claims do not hold (reported, not "
+                f"asserted: {REPORT_VARIABLE} is set)"
+            )
             return self
         if self.failures:
-            lines = "; ".join(f"{row.claim} (paper {format_value(row.paper)}, reproduced {format_value(row.reproduced)}, {row.test})"
-                              for row in self.failures)
-            raise AssertionError(f"{len(self.failures)} of {len(self.rows)} claims do not hold: {lines}")
+            lines = "; ".join(
+                f"{row.claim} (paper {format_value(row.paper)}, reproduced "
+                f"{format_value(row.reproduced)}, {row.test})"
+                for row in self.failures
+            )
+            raise AssertionError(
+                f"{len(self.failures)} of {len(self.rows)} claims do not hold: {lines}"
+            )
         return self
 
     def _cells(self) -> list[list[str]]:
         verdict = {True: "yes", False: "NO", None: "n/a"}
         if self.smoke:
             verdict = {key: "smoke: not asserted" for key in verdict}
-        return [[row.claim, format_value(row.paper), format_value(row.reproduced), row.test, verdict[row.holds],
-                 format_value(row.margin)] for row in self.rows]
+        return [
+            [
+                row.claim,
+                format_value(row.paper),
+                format_value(row.reproduced),
+                row.test,
+                verdict[row.holds],
+                format_value(row.margin),
+            ]
+            for row in self.rows
+        ]
 
     _header = ["claim", "paper", "reproduced", "test", "holds", "margin"]
     #: Compared exactly across machines: the paper's value and the verdict.
@@ -279,16 +401,27 @@ class Claims:
     _derived = [5]
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        bundle = _mimebundle(self.title, self._header, self._cells(), self._exact, repr(self), self._repr_html_(),
-                             rows_say_kind=True, derived=self._derived)
-        # Not shown and not compared: what the fragile-row check reads (reproducibility.fragile_claims).
+        bundle = _mimebundle(
+            self.title,
+            self._header,
+            self._cells(),
+            self._exact,
+            repr(self),
+            self._repr_html_(),
+            rows_say_kind=True,
+            derived=self._derived,
+        )
+        # Not shown and not compared: what the fragile-row check reads
+        # (reproducibility.fragile_claims).
         bundle[TABLE_MIME]["tested"] = [list(row.tested) for row in self.rows]
         return bundle
 
     def __repr__(self) -> str:
         rows = [self._header] + self._cells()
         widths = [max(len(r[i]) for r in rows) for i in range(len(self._header))]
-        lines = [self.title] + ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+        lines = [self.title] + [
+            "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows
+        ]
         lines.insert(2, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
 
@@ -301,13 +434,17 @@ class Claims:
             shown[4] = f"<td class='verdict'>{mark} {html.escape(cells[4])}</td>"
             if cells[3].startswith(NOT_REPRODUCED_PREFIX):
                 # The reason folds away (whole, never cut), so a row is as tall as its claim.
-                reason = cells[3][len(NOT_REPRODUCED_PREFIX):]
-                shown[3] = (f"<td class='reason'>not reproduced<details><summary>why</summary>"
-                            f"{html.escape(reason)}</details></td>")
+                reason = cells[3][len(NOT_REPRODUCED_PREFIX) :]
+                shown[3] = (
+                    "<td class='reason'>not "
+                    f"reproduced<details><summary>why</summary>{html.escape(reason)}</details></td>"
+                )
             rows.append(f"<tr class='{kind}'>" + "".join(shown) + "</tr>")
-        return (f"<table class='gradcore-claims'><caption>{html.escape(self.title)} "
-                f"<a class='claims-help' href='{READING_GUIDE}'>(how to read this table)</a></caption>"
-                f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+        return (
+            f"<table class='gradcore-claims'><caption>{html.escape(self.title)} <a "
+            f"class='claims-help' href='{READING_GUIDE}'>(how to read this "
+            f"table)</a></caption><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        )
 
 
 class Table:
@@ -318,20 +455,31 @@ class Table:
         self.rows = [[format_value(c) for c in row] for row in rows]
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        return _mimebundle(self.title, [str(h) for h in self.header], [[str(c) for c in row] for row in self.rows],
-                           [], repr(self), self._repr_html_())
+        return _mimebundle(
+            self.title,
+            [str(h) for h in self.header],
+            [[str(c) for c in row] for row in self.rows],
+            [],
+            repr(self),
+            self._repr_html_(),
+        )
 
     def __repr__(self) -> str:
         rows = [self.header] + self.rows
         widths = [max(len(str(r[i])) for r in rows) for i in range(len(self.header))]
-        lines = [self.title] + ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        lines = [self.title] + [
+            "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows
+        ]
         lines.insert(2, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{html.escape(str(h))}</th>" for h in self.header)
         body = "".join("<tr>" + "".join(_html_cell(c) for c in r) + "</tr>" for r in self.rows)
-        return f"<table class='gradcore-table'><caption>{html.escape(self.title)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        return (
+            "<table "
+            f"class='gradcore-table'><caption>{html.escape(self.title)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        )
 
 
 def findings(tables: Sequence[Claims], keys: Sequence[str]) -> str:
@@ -346,27 +494,39 @@ def findings(tables: Sequence[Claims], keys: Sequence[str]) -> str:
     rows = [row for table in tables for row in table.rows]
     asserted = [row for row in rows if row.holds is not None]
     missing = [row for row in rows if row.holds is None]
-    lines = [f"**{sum(bool(row.holds) for row in asserted)} of {len(asserted)} checked claims hold; "
-             f"{len(missing)} not reproduced.**", ""]
+    lines = [
+        f"**{sum(bool(row.holds) for row in asserted)} of {len(asserted)} checked claims hold; "
+        f"{len(missing)} not reproduced.**",
+        "",
+    ]
     verdict = {True: "holds", False: "does NOT hold", None: "not reproduced"}
     for key in keys:
         matches = [row for row in rows if row.claim.startswith(key)]
         if len(matches) != 1:
-            raise GradcoreValueError(f"finding {key!r} matches {len(matches)} claims; claims: "
-                                     + "; ".join(row.claim for row in rows))
+            raise GradcoreValueError(
+                f"finding {key!r} matches {len(matches)} claims; claims: "
+                + "; ".join(row.claim for row in rows)
+            )
         row = matches[0]
-        lines.append(f"- {row.claim}: {format_value(row.reproduced)} (paper: {format_value(row.paper)}; "
-                     f"{verdict[row.holds]})")
+        lines.append(
+            f"- {row.claim}: {format_value(row.reproduced)} (paper: {format_value(row.paper)}; "
+            f"{verdict[row.holds]})"
+        )
     if missing:
         # Folded: a page-long list would bury the headline; the claims table gives each reason.
-        lines += ["", f"<details><summary>The {len(missing)} claim{'s' if len(missing) != 1 else ''} not reproduced "
-                  "here (the claims table at the end says why)</summary>", ""]
+        lines += [
+            "",
+            f"<details><summary>The {len(missing)} claim{'s' if len(missing) != 1 else ''} not "
+            "reproduced here (the claims table at the end says why)</summary>",
+            "",
+        ]
         lines += [f"- {row.claim}" for row in missing] + ["", "</details>"]
     return "\n".join(lines)
 
 
 def glue_findings(tables: Sequence[Claims], keys: Sequence[str], name: str = "findings") -> None:
-    """Store :func:`findings` under ``name`` for the chapter's key-findings box (``{glue:md}``), shown nowhere else."""
+    """Store :func:`findings` under ``name`` for the chapter's key-findings box (``{glue:md}``),
+    shown nowhere else."""
     from IPython.display import Markdown
     from myst_nb import glue
 
@@ -392,7 +552,8 @@ def claims_in_notebook(path) -> list[dict]:
 
 
 def seed_summary(runs: dict) -> list[dict]:
-    """Per claim, at how many of the seeds tried it held: ``runs`` maps a seed to a notebook's claims tables.
+    """Per claim, at how many of the seeds tried it held: ``runs`` maps a seed to a notebook's
+    claims tables.
 
     A claim is identified by its table and its position there (its wording may carry the
     seed's numbers). Returns one record per claim: ``table``, ``claim`` (its wording at the
@@ -405,13 +566,31 @@ def seed_summary(runs: dict) -> list[dict]:
         for table in runs[seed]:
             holds = table["header"].index("holds")
             for position, row in enumerate(table["rows"]):
-                record = records.setdefault((table["title"], position), {
-                    "table": table["title"], "claim": row[0], "held": [], "not reproduced": [], "failed": []})
+                record = records.setdefault(
+                    (table["title"], position),
+                    {
+                        "table": table["title"],
+                        "claim": row[0],
+                        "held": [],
+                        "not reproduced": [],
+                        "failed": [],
+                    },
+                )
                 verdict = row[holds]
-                key = "held" if verdict == "yes" else "not reproduced" if verdict == "n/a" else "failed"
+                key = (
+                    "held"
+                    if verdict == "yes"
+                    else "not reproduced"
+                    if verdict == "n/a"
+                    else "failed"
+                )
                 record[key].append(seed)
     for record in records.values():
-        record["missing"] = [s for s in seeds if s not in record["held"] + record["not reproduced"] + record["failed"]]
+        record["missing"] = [
+            s
+            for s in seeds
+            if s not in record["held"] + record["not reproduced"] + record["failed"]
+        ]
     return list(records.values())
 
 
@@ -432,7 +611,11 @@ def tightest_rows(table: dict, count: int = 3) -> list[tuple[str, str, str]]:
             value = float(row[margin]) if margin is not None else math.inf
         except ValueError:
             continue
-        numbers = re.findall(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?", str(row[test])) if test is not None else []
+        numbers = (
+            re.findall(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?", str(row[test]))
+            if test is not None
+            else []
+        )
         scale = abs(float(numbers[-1])) if numbers and float(numbers[-1]) != 0 else 1.0
         numeric.append((value / scale, row))
     numeric.sort(key=lambda pair: pair[0])

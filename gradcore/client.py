@@ -21,9 +21,18 @@ from . import validation as check
 Gradient = grads.Gradient
 
 
-def share(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss: str | Callable = "cross_entropy",
-          defense: str | None = None, seed: int = 0, local: dict | None = None, **defense_options) -> Gradient:
-    """The update a client sends: one gradient (FedSGD), or ``local`` training's update (FedAvg), defended.
+def share(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    loss: str | Callable = "cross_entropy",
+    defense: str | None = None,
+    seed: int = 0,
+    local: dict | None = None,
+    **defense_options,
+) -> Gradient:
+    """The update a client sends: one gradient (FedSGD), or ``local`` training's update (FedAvg),
+    defended.
 
     ``local`` holds :func:`gradcore.gradients.local_update`'s ``lr``, ``epochs`` and
     ``batch_size``; without it the client shares :func:`shared_gradient`.
@@ -34,11 +43,24 @@ def share(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss: s
     update = grads.local_update(model, inputs, targets, loss, **local)
     if defense is None:
         return update
-    return defenses.defend(update, defense, seed, context=defenses.context(model, inputs, targets, loss), **defense_options)
+    return defenses.defend(
+        update,
+        defense,
+        seed,
+        context=defenses.context(model, inputs, targets, loss),
+        **defense_options,
+    )
 
 
-def shared_gradient(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss: str | Callable = "cross_entropy",
-                    defense: str | None = None, seed: int = 0, **defense_options) -> Gradient:
+def shared_gradient(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    loss: str | Callable = "cross_entropy",
+    defense: str | None = None,
+    seed: int = 0,
+    **defense_options,
+) -> Gradient:
     """The update a federated client sends: the batch-averaged gradient, defended.
 
     Parameters

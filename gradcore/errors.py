@@ -12,7 +12,8 @@ class GradcoreError(Exception):
 
 
 class GradcoreValueError(GradcoreError, ValueError):
-    """An argument of the right kind with a wrong value: out of range, wrong shape, non-finite, inconsistent."""
+    """An argument of the right kind with a wrong value: out of range, wrong shape, non-finite,
+    inconsistent."""
 
 
 class GradcoreTypeError(GradcoreError, TypeError, ValueError):

@@ -28,8 +28,9 @@ from .client import shared_gradient
 from .training import accuracy
 
 
-def dirichlet_split(labels: torch.Tensor | np.ndarray, clients: int, alpha: float, seed: int = 0,
-                    minimum: int = 1) -> list[np.ndarray]:
+def dirichlet_split(
+    labels: torch.Tensor | np.ndarray, clients: int, alpha: float, seed: int = 0, minimum: int = 1
+) -> list[np.ndarray]:
     """Indices of each client's samples: per class, shares drawn from ``Dirichlet(alpha)``.
 
     Small ``alpha`` gives each client a few dominant classes; large ``alpha`` tends to
@@ -53,7 +54,10 @@ def dirichlet_split(labels: torch.Tensor | np.ndarray, clients: int, alpha: floa
                 parts[client].extend(chunk.tolist())
         if min(len(p) for p in parts) >= minimum:
             return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
-    raise ValueError(f"no Dirichlet({alpha}) split gave all {clients} clients {minimum} samples in 1000 draws; raise alpha")
+    raise ValueError(
+        f"no Dirichlet({alpha}) split gave all {clients} clients {minimum} samples in 1000 draws; "
+        "raise alpha"
+    )
 
 
 @dataclass
@@ -71,12 +75,28 @@ class FederatedLog:
         return self.accuracy[-1]
 
 
-def fedsgd(model: nn.Module, train_set: datasets.Dataset, test_set: datasets.Dataset, rounds: int, clients: int = 10,
-          per_round: int = 5, alpha: float = 0.5, batch_size: int = 32, lr: float = 0.1, defense: str | None = None,
-          defense_options: dict | None = None, defended_rounds: int | None = None, evaluate_every: int = 10,
-          seed: int = 0, loss: str = "cross_entropy", progress: bool = True, dp_sgd: dict | None = None,
-          client_sampling: str = "fixed") -> FederatedLog:
-    """FedSGD over a Dirichlet split, every selected client's gradient defended; ``model`` trains in place.
+def fedsgd(
+    model: nn.Module,
+    train_set: datasets.Dataset,
+    test_set: datasets.Dataset,
+    rounds: int,
+    clients: int = 10,
+    per_round: int = 5,
+    alpha: float = 0.5,
+    batch_size: int = 32,
+    lr: float = 0.1,
+    defense: str | None = None,
+    defense_options: dict | None = None,
+    defended_rounds: int | None = None,
+    evaluate_every: int = 10,
+    seed: int = 0,
+    loss: str = "cross_entropy",
+    progress: bool = True,
+    dp_sgd: dict | None = None,
+    client_sampling: str = "fixed",
+) -> FederatedLog:
+    """FedSGD over a Dirichlet split, every selected client's gradient defended; ``model`` trains in
+    place.
 
     Parameters
     ----------
@@ -104,17 +124,53 @@ def fedsgd(model: nn.Module, train_set: datasets.Dataset, test_set: datasets.Dat
     client_sampling : {"fixed", "poisson"}
         How the round's clients are drawn (see :func:`fedsgd_snapshots`).
     """
-    log, _ = fedsgd_snapshots(model, train_set, test_set, rounds, (), clients, per_round, alpha, batch_size, lr, defense,
-                             defense_options, defended_rounds, evaluate_every, seed, loss, progress, dp_sgd, client_sampling)
+    log, _ = fedsgd_snapshots(
+        model,
+        train_set,
+        test_set,
+        rounds,
+        (),
+        clients,
+        per_round,
+        alpha,
+        batch_size,
+        lr,
+        defense,
+        defense_options,
+        defended_rounds,
+        evaluate_every,
+        seed,
+        loss,
+        progress,
+        dp_sgd,
+        client_sampling,
+    )
     return log
 
 
-def fedsgd_snapshots(model: nn.Module, train_set: datasets.Dataset, test_set: datasets.Dataset, rounds: int, at=(0,),
-                    clients: int = 10, per_round: int = 5, alpha: float = 0.5, batch_size: int = 32, lr: float = 0.1,
-                    defense: str | None = None, defense_options: dict | None = None, defended_rounds: int | None = None,
-                    evaluate_every: int = 10, seed: int = 0, loss: str = "cross_entropy",
-                    progress: bool = True, dp_sgd: dict | None = None, client_sampling: str = "fixed") -> tuple[FederatedLog, dict]:
-    """:func:`fedsgd`, also keeping a copy of the global model the server sends at the rounds ``at``.
+def fedsgd_snapshots(
+    model: nn.Module,
+    train_set: datasets.Dataset,
+    test_set: datasets.Dataset,
+    rounds: int,
+    at=(0,),
+    clients: int = 10,
+    per_round: int = 5,
+    alpha: float = 0.5,
+    batch_size: int = 32,
+    lr: float = 0.1,
+    defense: str | None = None,
+    defense_options: dict | None = None,
+    defended_rounds: int | None = None,
+    evaluate_every: int = 10,
+    seed: int = 0,
+    loss: str = "cross_entropy",
+    progress: bool = True,
+    dp_sgd: dict | None = None,
+    client_sampling: str = "fixed",
+) -> tuple[FederatedLog, dict]:
+    """:func:`fedsgd`, also keeping a copy of the global model the server sends at the rounds
+    ``at``.
 
     The same split, client sampling, defense and server steps as :func:`fedsgd` with the
     same arguments, so the log is identical. ``at`` counts server steps: the copy at ``t``
@@ -143,43 +199,77 @@ def fedsgd_snapshots(model: nn.Module, train_set: datasets.Dataset, test_set: da
     """
     at = sorted({int(t) for t in at})
     if at and not 0 <= at[0] <= at[-1] < rounds:
-        raise ValueError(f"snapshot rounds must lie in [0, {rounds - 1}] (the model before the last step), got {at}")
+        raise ValueError(
+            f"snapshot rounds must lie in [0, {rounds - 1}] (the model before the last step), got "
+            f"{at}"
+        )
     if not 1 <= per_round <= clients:
         raise ValueError(f"clients per round must be between 1 and {clients}, got {per_round}")
     if client_sampling not in ("fixed", "poisson"):
-        raise check.GradcoreValueError(f"client sampling is 'fixed' or 'poisson', got {client_sampling!r}")
+        raise check.GradcoreValueError(
+            f"client sampling is 'fixed' or 'poisson', got {client_sampling!r}"
+        )
     parts = dirichlet_split(train_set.labels, clients, alpha, seed)
     rng = np.random.default_rng(seed + 1)
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     parameters = gradients.trainable(model)
     if dp_sgd is not None and defense is not None:
-        raise ValueError(f"DP-SGD clients add their own noise; give either dp_sgd or a defense, not both ({defense!r})")
+        raise ValueError(
+            "DP-SGD clients add their own noise; give either dp_sgd or a defense, not both "
+            f"({defense!r})"
+        )
     log = FederatedLog([0], [accuracy(model, test_set)])
     snapshots = {}
-    for round_number in tqdm(range(1, rounds + 1), desc=f"federated ({defense or 'none'})", disable=not progress,
-                             file=sys.stderr, mininterval=2.0, ncols=80):
+    for round_number in tqdm(
+        range(1, rounds + 1),
+        desc=f"federated ({defense or 'none'})",
+        disable=not progress,
+        file=sys.stderr,
+        mininterval=2.0,
+        ncols=80,
+    ):
         if round_number - 1 in at:  # the model this round's clients receive
             snapshots[round_number - 1] = copy.deepcopy(model).eval()
         model.train()
         total = [torch.zeros_like(p) for p in parameters]
-        defended = defense is not None and (defended_rounds is None or round_number <= defended_rounds)
-        chosen = (rng.choice(clients, size=per_round, replace=False) if client_sampling == "fixed"
-                  else np.flatnonzero(rng.random(clients) < per_round / clients))
+        defended = defense is not None and (
+            defended_rounds is None or round_number <= defended_rounds
+        )
+        chosen = (
+            rng.choice(clients, size=per_round, replace=False)
+            if client_sampling == "fixed"
+            else np.flatnonzero(rng.random(clients) < per_round / clients)
+        )
         for client in chosen:
             own = parts[client]
             pick = rng.choice(own, size=min(batch_size, len(own)), replace=False)
             inputs = train_set.images[pick].to(device, dtype)
             labels = train_set.labels[pick].to(device)
             client_seed = int(rng.integers(2**31))
-            if dp_sgd is not None:  # the same draws as above, so every deployment samples the same clients
-                update, rate = privacy.dp_sgd_gradient(model, train_set.images[own].to(device, dtype),
-                                                       train_set.labels[own].to(device), batch_size, seed=client_seed,
-                                                       loss=loss, **dp_sgd)
+            if (
+                dp_sgd is not None
+            ):  # the same draws as above, so every deployment samples the same clients
+                update, rate = privacy.dp_sgd_gradient(
+                    model,
+                    train_set.images[own].to(device, dtype),
+                    train_set.labels[own].to(device),
+                    batch_size,
+                    seed=client_seed,
+                    loss=loss,
+                    **dp_sgd,
+                )
                 log.participation.setdefault(int(client), privacy.Participation(rate)).steps += 1
             else:
-                update = shared_gradient(model, inputs, labels, loss, defense if defended else None, seed=client_seed,
-                                         **((defense_options or {}) if defended else {}))
+                update = shared_gradient(
+                    model,
+                    inputs,
+                    labels,
+                    loss,
+                    defense if defended else None,
+                    seed=client_seed,
+                    **((defense_options or {}) if defended else {}),
+                )
             log.releases[int(client)] = log.releases.get(int(client), 0) + 1
             total = [t + u for t, u in zip(total, update)]
         with torch.no_grad():

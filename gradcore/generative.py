@@ -43,7 +43,8 @@ class Generator(nn.Module):
     Parameters
     ----------
     image_shape : (C, H, W)
-        The side must be ``base * 2**k``, ``base`` in 2..4 and ``k >= 1`` (8 = 4 * 2, 24 = 3 * 8, 32 = 4 * 8).
+        The side must be ``base * 2**k``, ``base`` in 2..4 and ``k >= 1`` (8 = 4 * 2, 24 = 3 * 8, 32
+        = 4 * 8).
     num_classes : int
         Classes the generator is conditioned on (one-hot appended to the latent).
     latent_dim : int
@@ -59,34 +60,57 @@ class Generator(nn.Module):
         runs the rest.
     """
 
-    def __init__(self, image_shape: Sequence[int], num_classes: int, latent_dim: int = 32, width: int = 64):
+    def __init__(
+        self, image_shape: Sequence[int], num_classes: int, latent_dim: int = 32, width: int = 64
+    ):
         super().__init__()
         channels, height, width_pixels = (int(s) for s in image_shape)
         if height != width_pixels:
-            raise check.GradcoreValueError(f"the generator makes square images; got shape {tuple(image_shape)}")
+            raise check.GradcoreValueError(
+                f"the generator makes square images; got shape {tuple(image_shape)}"
+            )
         base, doublings = height, 0
         while base > 4 and base % 2 == 0:
             base, doublings = base // 2, doublings + 1
         if base not in (2, 3, 4) or doublings == 0:
-            raise check.GradcoreValueError(f"an image side of {height} is not 2, 3 or 4 times a power of two (at least 2)")
-        self.image_shape, self.num_classes, self.latent_dim, self.width = (channels, height, height), num_classes, latent_dim, width
-        widths = [max(width // 2 ** i, 8) for i in range(doublings + 1)]
-        stem = nn.Sequential(nn.Linear(latent_dim + num_classes, widths[0] * base * base), nn.Unflatten(1, (widths[0], base, base)),
-                             nn.BatchNorm2d(widths[0]), nn.ReLU())
+            raise check.GradcoreValueError(
+                f"an image side of {height} is not 2, 3 or 4 times a power of two (at least 2)"
+            )
+        self.image_shape, self.num_classes, self.latent_dim, self.width = (
+            (channels, height, height),
+            num_classes,
+            latent_dim,
+            width,
+        )
+        widths = [max(width // 2**i, 8) for i in range(doublings + 1)]
+        stem = nn.Sequential(
+            nn.Linear(latent_dim + num_classes, widths[0] * base * base),
+            nn.Unflatten(1, (widths[0], base, base)),
+            nn.BatchNorm2d(widths[0]),
+            nn.ReLU(),
+        )
         blocks = []
         for i in range(doublings):
             last = i == doublings - 1
-            upsample = nn.ConvTranspose2d(widths[i], channels if last else widths[i + 1], 4, stride=2, padding=1)
-            blocks.append(nn.Sequential(upsample, nn.Sigmoid()) if last else
-                          nn.Sequential(upsample, nn.BatchNorm2d(widths[i + 1]), nn.ReLU()))
+            upsample = nn.ConvTranspose2d(
+                widths[i], channels if last else widths[i + 1], 4, stride=2, padding=1
+            )
+            blocks.append(
+                nn.Sequential(upsample, nn.Sigmoid())
+                if last
+                else nn.Sequential(upsample, nn.BatchNorm2d(widths[i + 1]), nn.ReLU())
+            )
         self.stages = nn.ModuleList([stem, *blocks])
 
     def condition(self, latent: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The stem's input: the latent with the one-hot labels appended."""
-        return torch.cat([latent, F.one_hot(labels.long(), self.num_classes).to(latent.dtype)], dim=1)
+        return torch.cat(
+            [latent, F.one_hot(labels.long(), self.num_classes).to(latent.dtype)], dim=1
+        )
 
     def features(self, latent: torch.Tensor, labels: torch.Tensor, depth: int) -> torch.Tensor:
-        """The feature map after the first ``depth`` stages (``depth = 0``: the conditioned latent)."""
+        """The feature map after the first ``depth`` stages (``depth = 0``: the conditioned
+        latent)."""
         return self.advance(self.condition(latent, labels), 0, depth)
 
     def advance(self, hidden: torch.Tensor, start: int, stop: int) -> torch.Tensor:
@@ -104,7 +128,8 @@ class Generator(nn.Module):
 
 
 class Discriminator(nn.Module):
-    """DCGAN discriminator: strided convolutions with leaky ReLUs; the label enters as extra input maps."""
+    """DCGAN discriminator: strided convolutions with leaky ReLUs; the label enters as extra input
+    maps."""
 
     def __init__(self, image_shape: Sequence[int], num_classes: int, width: int = 64):
         super().__init__()
@@ -118,7 +143,9 @@ class Discriminator(nn.Module):
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         maps = F.one_hot(labels.long(), self.num_classes).to(images.dtype)[:, :, None, None]
-        return self.body(torch.cat([images, maps.expand(-1, -1, *images.shape[2:])], dim=1)).squeeze(1)
+        return self.body(
+            torch.cat([images, maps.expand(-1, -1, *images.shape[2:])], dim=1)
+        ).squeeze(1)
 
 
 def augment(images: torch.Tensor, generator: torch.Generator, flips: bool) -> torch.Tensor:
@@ -147,10 +174,20 @@ class GanLog:
     settings: dict = field(default_factory=dict)
 
 
-def train_gan(dataset: datasets.Dataset, steps: int = 2000, batch_size: int = 64, latent_dim: int = 32, width: int = 64,
-              lr: float = 2e-4, flips: bool = False, seed: int = 0, progress: bool = True,
-              device: str | torch.device = "cpu") -> tuple[Generator, GanLog]:
-    """Train a class-conditional DCGAN on ``dataset`` (Radford et al., 2016; non-saturating loss, Goodfellow et al., 2014).
+def train_gan(
+    dataset: datasets.Dataset,
+    steps: int = 2000,
+    batch_size: int = 64,
+    latent_dim: int = 32,
+    width: int = 64,
+    lr: float = 2e-4,
+    flips: bool = False,
+    seed: int = 0,
+    progress: bool = True,
+    device: str | torch.device = "cpu",
+) -> tuple[Generator, GanLog]:
+    """Train a class-conditional DCGAN on ``dataset`` (Radford et al., 2016; non-saturating loss,
+    Goodfellow et al., 2014).
 
     Parameters
     ----------
@@ -175,10 +212,14 @@ def train_gan(dataset: datasets.Dataset, steps: int = 2000, batch_size: int = 64
     GanLog
     """
     if not isinstance(dataset, datasets.Dataset):
-        raise check.GradcoreTypeError(f"dataset must be a gradcore Dataset (e.g. gradcore.data.load('digits')); "
-                                      f"got {check.describe(dataset)}")
+        raise check.GradcoreTypeError(
+            "dataset must be a gradcore Dataset (e.g. gradcore.data.load('digits')); got "
+            f"{check.describe(dataset)}"
+        )
     if len(dataset.images) == 0:
-        raise check.GradcoreValueError(f"dataset {dataset.name!r} has no images to train the generator on")
+        raise check.GradcoreValueError(
+            f"dataset {dataset.name!r} has no images to train the generator on"
+        )
     check.positive_int("steps", steps)
     check.positive_int("batch size", batch_size)
     check.positive_int("latent_dim", latent_dim)
@@ -195,15 +236,33 @@ def train_gan(dataset: datasets.Dataset, steps: int = 2000, batch_size: int = 64
     optimise_g = torch.optim.Adam(generator_net.parameters(), lr=lr, betas=(0.5, 0.999))
     optimise_d = torch.optim.Adam(critic.parameters(), lr=lr, betas=(0.5, 0.999))
     images, labels = dataset.images, dataset.labels
-    log = GanLog(settings={"steps": steps, "batch_size": batch_size, "latent_dim": latent_dim, "width": width, "lr": lr,
-                           "flips": flips, "seed": seed, "training images": len(dataset)})
+    log = GanLog(
+        settings={
+            "steps": steps,
+            "batch_size": batch_size,
+            "latent_dim": latent_dim,
+            "width": width,
+            "lr": lr,
+            "flips": flips,
+            "seed": seed,
+            "training images": len(dataset),
+        }
+    )
     every = max(steps // 50, 1)
-    for step in tqdm(range(1, steps + 1), desc="training the GAN", disable=not progress, file=sys.stderr, mininterval=2.0,
-                     ncols=80):
+    for step in tqdm(
+        range(1, steps + 1),
+        desc="training the GAN",
+        disable=not progress,
+        file=sys.stderr,
+        mininterval=2.0,
+        ncols=80,
+    ):
         index = torch.randint(0, len(images), (batch_size,), generator=draws)
         real, real_labels = images[index].to(device), labels[index].to(device)
         latent = torch.randn(batch_size, latent_dim, generator=draws).to(device)
-        fake_labels = torch.randint(0, dataset.num_classes, (batch_size,), generator=draws).to(device)
+        fake_labels = torch.randint(0, dataset.num_classes, (batch_size,), generator=draws).to(
+            device
+        )
         fake = generator_net(latent, fake_labels)
         real_score = critic(augment(real, draws, flips), real_labels)
         fake_score = critic(augment(fake.detach(), draws, flips), fake_labels)
@@ -223,7 +282,8 @@ def train_gan(dataset: datasets.Dataset, steps: int = 2000, batch_size: int = 64
 
 
 def freeze(generator: Generator) -> Generator:
-    """The generator in evaluation mode with its parameters frozen (an attack copies what it tunes)."""
+    """The generator in evaluation mode with its parameters frozen (an attack copies what it
+    tunes)."""
     generator.eval()
     for parameter in generator.parameters():
         parameter.requires_grad_(False)
@@ -231,27 +291,37 @@ def freeze(generator: Generator) -> Generator:
 
 
 def untrained(like: Generator, seed: int = 0) -> Generator:
-    """A generator of the same architecture with fresh, seeded weights: the control prior that knows nothing."""
+    """A generator of the same architecture with fresh, seeded weights: the control prior that knows
+    nothing."""
     with models.seeded(seed):
         fresh = Generator(like.image_shape, like.num_classes, like.latent_dim, like.width)
     return freeze(fresh.to(next(like.parameters()).device))
 
 
 def sample(generator: Generator, labels: torch.Tensor, seed: int = 0) -> torch.Tensor:
-    """Images drawn from the generator for ``labels`` (on the CPU), latents from a seeded standard normal."""
+    """Images drawn from the generator for ``labels`` (on the CPU), latents from a seeded standard
+    normal."""
     device = next(generator.parameters()).device
-    latent = torch.randn(len(labels), generator.latent_dim, generator=torch.Generator().manual_seed(seed)).to(device)
+    latent = torch.randn(
+        len(labels), generator.latent_dim, generator=torch.Generator().manual_seed(seed)
+    ).to(device)
     with torch.no_grad():
         return generator(latent, labels.to(device)).cpu()
 
 
-def nearest_training_images(images: torch.Tensor, training: datasets.Dataset) -> tuple[torch.Tensor, torch.Tensor]:
-    """For each image, the index of the nearest training image (Euclidean on pixels) and the MSE to it.
+def nearest_training_images(
+    images: torch.Tensor, training: datasets.Dataset
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each image, the index of the nearest training image (Euclidean on pixels) and the MSE to
+    it.
 
     A generator that memorised its training set draws samples whose nearest training image
     is almost identical (an MSE near 0); one that generalises draws new images.
     """
-    distances = torch.cdist(images.cpu().flatten(1).double(), training.images.flatten(1).double()) ** 2 / images[0].numel()
+    distances = (
+        torch.cdist(images.cpu().flatten(1).double(), training.images.flatten(1).double()) ** 2
+        / images[0].numel()
+    )
     nearest = distances.min(dim=1)
     return nearest.indices, nearest.values.float()
 

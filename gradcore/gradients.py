@@ -31,17 +31,27 @@ def cross_entropy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 @LOSSES.register("half_squared_error")
 def half_squared_error(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """``(1/2B) sum_j (o_j - y_j)^2``: its gradient is the DLG source's ``(1/B) sum (o_j - y_j) x_j``."""
-    return 0.5 * (outputs.reshape(len(targets), -1) - targets.reshape(len(targets), -1).to(outputs.dtype)).pow(2).sum(dim=1).mean()
+    """``(1/2B) sum_j (o_j - y_j)^2``: its gradient is the DLG source's ``(1/B) sum (o_j - y_j)
+    x_j``."""
+    return (
+        0.5
+        * (outputs.reshape(len(targets), -1) - targets.reshape(len(targets), -1).to(outputs.dtype))
+        .pow(2)
+        .sum(dim=1)
+        .mean()
+    )
 
 
 def check_loss(name: str, value) -> None:
-    """A loss by name in :data:`LOSSES`, or a callable; unknown names fail listing the known ones."""
+    """A loss by name in :data:`LOSSES`, or a callable; unknown names fail listing the known
+    ones."""
     if isinstance(value, str):
         LOSSES[value]
     elif not callable(value):
-        raise check.GradcoreTypeError(f"{name} must be a loss name ({', '.join(LOSSES.names())}) or a callable; "
-                                      f"got {check.describe(value)}")
+        raise check.GradcoreTypeError(
+            f"{name} must be a loss name ({', '.join(LOSSES.names())}) or a callable; got "
+            f"{check.describe(value)}"
+        )
 
 
 def loss_function(loss: str | Callable) -> Callable:
@@ -55,27 +65,41 @@ def trainable(model: nn.Module) -> list[nn.Parameter]:
 
 
 def parameter_index(model: nn.Module, parameter: torch.Tensor) -> int:
-    """Position of ``parameter`` among ``model``'s trainable parameters: its entry in a shared gradient."""
+    """Position of ``parameter`` among ``model``'s trainable parameters: its entry in a shared
+    gradient."""
     for index, candidate in enumerate(trainable(model)):
         if candidate is parameter:
             return index
-    raise check.GradcoreValueError("that layer's parameters are not trainable, so the gradient holds nothing for them")
+    raise check.GradcoreValueError(
+        "that layer's parameters are not trainable, so the gradient holds nothing for them"
+    )
 
 
-def batch_gradient(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss: str | Callable = "cross_entropy",
-                   create_graph: bool = False) -> Gradient:
+def batch_gradient(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    loss: str | Callable = "cross_entropy",
+    create_graph: bool = False,
+) -> Gradient:
     """Gradient of the batch-mean loss with respect to every trainable parameter.
 
     ``create_graph=True`` keeps the graph so the result can itself be differentiated
     with respect to ``inputs``, which is what every gradient-matching attack does.
     Its arguments are not checked: it runs inside every attack's loop. The checked entry
-    points are :func:`gradcore.client.shared_gradient`, :func:`per_sample_gradients` and :func:`local_update`.
+    points are :func:`gradcore.client.shared_gradient`, :func:`per_sample_gradients` and
+    :func:`local_update`.
     """
     objective = loss_function(loss)(model(inputs), targets)
     return tuple(torch.autograd.grad(objective, trainable(model), create_graph=create_graph))
 
 
-def per_sample_gradients(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss: str | Callable = "cross_entropy") -> Gradient:
+def per_sample_gradients(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    loss: str | Callable = "cross_entropy",
+) -> Gradient:
     """One gradient per sample, vectorised with ``torch.func`` (leading batch dimension).
 
     Their mean over the batch equals :func:`batch_gradient` for mean-reduced losses.
@@ -109,12 +133,17 @@ def validate(gradient: Sequence[torch.Tensor], model: nn.Module) -> Gradient:
     """
     gradient = check.gradient(gradient, model)
     if all(torch.count_nonzero(g) == 0 for g in gradient):
-        raise check.GradcoreValueError("the gradient is zero everywhere: it carries no information to invert")
+        raise check.GradcoreValueError(
+            "the gradient is zero everywhere: it carries no information to invert"
+        )
     return gradient
 
 
-def check_batch(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss: str | Callable) -> None:
-    """What every client-side entry point checks: the model, a batch it can take, and targets that fit the loss."""
+def check_batch(
+    model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss: str | Callable
+) -> None:
+    """What every client-side entry point checks: the model, a batch it can take, and targets that
+    fit the loss."""
     check_loss("loss", loss)
     outputs = check.inputs_for(model, inputs)
     check.targets_for("targets", targets, len(inputs), outputs, loss, trainable(model)[0].device)
@@ -133,12 +162,15 @@ def norm(gradient: Sequence[torch.Tensor]) -> torch.Tensor:
 def _minibatches(count: int, batch_size: int | None) -> list[slice]:
     size = count if batch_size is None else batch_size
     if not 1 <= size <= count:
-        raise check.GradcoreValueError(f"local batch size must be between 1 and the {count} local samples, got {size}")
+        raise check.GradcoreValueError(
+            f"local batch size must be between 1 and the {count} local samples, got {size}"
+        )
     return [slice(start, min(start + size, count)) for start in range(0, count, size)]
 
 
 def stateless(model: nn.Module) -> nn.Module:
-    """The model itself, or, if it trains batch norm, a copy whose batch norm stops tracking running statistics.
+    """The model itself, or, if it trains batch norm, a copy whose batch norm stops tracking running
+    statistics.
 
     In training mode batch norm normalises with the batch's own statistics, which is what
     the gradient depends on; updating the running averages is an in-place side effect that
@@ -146,15 +178,24 @@ def stateless(model: nn.Module) -> nn.Module:
     """
     import copy
 
-    if not model.training or not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+    if not model.training or not any(
+        isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()
+    ):
         return model
     copied = copy.deepcopy(model)
     torch.func.replace_all_batch_norm_modules_(copied)
     return copied
 
 
-def local_update(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss: str | Callable = "cross_entropy",
-                 lr: float = 1e-4, epochs: int = 1, batch_size: int | None = None) -> Gradient:
+def local_update(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    loss: str | Callable = "cross_entropy",
+    lr: float = 1e-4,
+    epochs: int = 1,
+    batch_size: int | None = None,
+) -> Gradient:
     """The parameter update a FedAvg client sends after local training (McMahan et al., 2017).
 
     The client runs ``epochs`` passes of plain SGD with step ``lr`` over its samples in
@@ -166,13 +207,34 @@ def local_update(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, 
     check.number("lr", lr, low=0, low_open=True)
     check.positive_int("epochs", epochs)
     check.integer("local batch size", batch_size, low=1, high=len(inputs), allow_none=True)
-    parameters = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
-    updated = unrolled_update(stateless(model), parameters, inputs, targets, loss, lr, epochs, batch_size, differentiable=False)
+    parameters = {
+        name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad
+    }
+    updated = unrolled_update(
+        stateless(model),
+        parameters,
+        inputs,
+        targets,
+        loss,
+        lr,
+        epochs,
+        batch_size,
+        differentiable=False,
+    )
     return tuple((parameters[name] - updated[name]).detach() for name in parameters)
 
 
-def unrolled_update(model: nn.Module, parameters: dict, inputs: torch.Tensor, targets: torch.Tensor, loss: str | Callable,
-                    lr: float, epochs: int, batch_size: int | None, differentiable: bool = True) -> dict:
+def unrolled_update(
+    model: nn.Module,
+    parameters: dict,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    loss: str | Callable,
+    lr: float,
+    epochs: int,
+    batch_size: int | None,
+    differentiable: bool = True,
+) -> dict:
     """Local SGD written functionally, so an attacker can differentiate through every step.
 
     Returns the parameters after training. With ``differentiable=True`` (the attack)
@@ -191,19 +253,32 @@ def unrolled_update(model: nn.Module, parameters: dict, inputs: torch.Tensor, ta
     for _ in range(epochs):
         for part in _minibatches(len(inputs), batch_size):
             step = step_gradient(current, inputs[part], targets[part])
-            current = {name: value - lr * (step[name] if differentiable else step[name].detach()) for name, value in current.items()}
+            current = {
+                name: value - lr * (step[name] if differentiable else step[name].detach())
+                for name, value in current.items()
+            }
     return current
 
 
-def loss_after_update(model: nn.Module, update: Sequence[torch.Tensor], inputs: torch.Tensor, targets: torch.Tensor,
-                      loss: str | Callable = "cross_entropy") -> float:
-    """The client's loss on its own data at ``theta - update``: has local training helped or diverged?"""
+def loss_after_update(
+    model: nn.Module,
+    update: Sequence[torch.Tensor],
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    loss: str | Callable = "cross_entropy",
+) -> float:
+    """The client's loss on its own data at ``theta - update``: has local training helped or
+    diverged?"""
     from torch.func import functional_call
 
     trained = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
     if len(trained) != len(update):
-        raise ValueError(f"the update has {len(update)} tensors, the model {len(trained)} trainable parameters")
+        raise ValueError(
+            f"the update has {len(update)} tensors, the model {len(trained)} trainable parameters"
+        )
     parameters = {name: p.detach() - u for (name, p), u in zip(trained, update)}
     buffers = {name: b for name, b in model.named_buffers()}
     with torch.no_grad():
-        return loss_function(loss)(functional_call(model, (parameters, buffers), (inputs,)), targets).item()
+        return loss_function(loss)(
+            functional_call(model, (parameters, buffers), (inputs,)), targets
+        ).item()

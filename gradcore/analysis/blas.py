@@ -6,9 +6,11 @@ import contextlib
 
 
 def single_thread():
-    """BLAS on one thread: these matrices are small, and two cores shared between processes thrash otherwise.
+    """BLAS on one thread: these matrices are small, and two cores shared between processes thrash
+    otherwise.
 
-    A context manager; without ``threadpoolctl`` (optional: only speed depends on it) it does nothing.
+    A context manager; without ``threadpoolctl`` (optional: only speed depends on it) it does
+    nothing.
     """
     try:
         from threadpoolctl import threadpool_limits

@@ -19,7 +19,9 @@ def forward(weight: np.ndarray, bias: float, inputs: np.ndarray) -> np.ndarray:
     return inputs @ weight + bias
 
 
-def gradients(weight: np.ndarray, bias: float, inputs: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, float]:
+def gradients(
+    weight: np.ndarray, bias: float, inputs: np.ndarray, targets: np.ndarray
+) -> tuple[np.ndarray, float]:
     """Batch-averaged gradients ``(dW, db)`` of ``(1/2B) sum_j (o_j - y_j)^2``."""
     inputs = np.atleast_2d(inputs)
     residual = forward(weight, bias, inputs) - targets
@@ -40,7 +42,9 @@ def closed_form(weight_gradient: np.ndarray, bias_gradient: float) -> np.ndarray
         When ``db`` is zero: the sample is fitted exactly and its gradient vanishes.
     """
     if bias_gradient == 0:
-        raise ValueError("the bias gradient is zero (the sample is fitted exactly), so dW = 0 carries no input")
+        raise ValueError(
+            "the bias gradient is zero (the sample is fitted exactly), so dW = 0 carries no input"
+        )
     return np.asarray(weight_gradient) / bias_gradient
 
 
@@ -52,7 +56,9 @@ def batch_mixture(weight_gradient: np.ndarray, bias_gradient: float) -> np.ndarr
     return closed_form(weight_gradient, bias_gradient)
 
 
-def matching_curvature(weight: np.ndarray, weight_gradient: np.ndarray, bias_gradient: float) -> float:
+def matching_curvature(
+    weight: np.ndarray, weight_gradient: np.ndarray, bias_gradient: float
+) -> float:
     """An upper bound on the curvature of DLG's matching distance at the private input (B = 1).
 
     DLG descends on ``D(x) = ||r(x) x - dW||^2 + (r(x) - db)^2`` with ``r(x) = W . x + b - y``.
@@ -62,14 +68,18 @@ def matching_curvature(weight: np.ndarray, weight_gradient: np.ndarray, bias_gra
     the curvature without knowing the input.
     """
     if bias_gradient == 0:
-        raise ValueError("the bias gradient is zero (the sample is fitted exactly): no curvature to bound")
+        raise ValueError(
+            "the bias gradient is zero (the sample is fitted exactly): no curvature to bound"
+        )
     residual = abs(bias_gradient)
     input_norm = float(np.linalg.norm(weight_gradient)) / residual
     weight_norm = float(np.linalg.norm(weight))
-    return 2 * ((residual + input_norm * weight_norm) ** 2 + weight_norm ** 2)
+    return 2 * ((residual + input_norm * weight_norm) ** 2 + weight_norm**2)
 
 
-def step_size(weight: np.ndarray, weight_gradient: np.ndarray, bias_gradient: float, fraction: float = 0.5) -> float:
+def step_size(
+    weight: np.ndarray, weight_gradient: np.ndarray, bias_gradient: float, fraction: float = 0.5
+) -> float:
     """The gradient-descent step ``fraction * 2 / L`` for DLG on the linear unit (B = 1).
 
     ``L`` is :func:`matching_curvature`; below ``2 / L`` gradient descent is stable near the
@@ -82,9 +92,17 @@ def step_size(weight: np.ndarray, weight_gradient: np.ndarray, bias_gradient: fl
     return fraction * 2.0 / matching_curvature(weight, weight_gradient, bias_gradient)
 
 
-def descent(weights: np.ndarray, biases: np.ndarray, targets: np.ndarray, weight_gradients: np.ndarray,
-            bias_gradients: np.ndarray, starts: np.ndarray, steps: np.ndarray, iterations: int,
-            truth: np.ndarray | None = None):
+def descent(
+    weights: np.ndarray,
+    biases: np.ndarray,
+    targets: np.ndarray,
+    weight_gradients: np.ndarray,
+    bias_gradients: np.ndarray,
+    starts: np.ndarray,
+    steps: np.ndarray,
+    iterations: int,
+    truth: np.ndarray | None = None,
+):
     """DLG's gradient descent on the linear unit (B = 1) for many draws at once.
 
     Row ``n`` of every argument is one draw: the unit ``(W_n, b_n)``, the sample's target
@@ -99,13 +117,17 @@ def descent(weights: np.ndarray, biases: np.ndarray, targets: np.ndarray, weight
     dummies = np.array(starts, dtype=np.float64)
     steps = np.broadcast_to(np.asarray(steps, dtype=np.float64), (len(dummies),))[:, None]
     history = [] if truth is None else [((dummies - truth) ** 2).mean(axis=1)]
-    with np.errstate(over="ignore", invalid="ignore"):  # a draw past its stable step overflows; the others go on
+    with np.errstate(
+        over="ignore", invalid="ignore"
+    ):  # a draw past its stable step overflows; the others go on
         for _ in range(iterations):
             residual = np.einsum("nd,nd->n", dummies, weights) + biases - targets
             error_weight = residual[:, None] * dummies - weight_gradients
             error_bias = residual - bias_gradients
             along = np.einsum("nd,nd->n", dummies, error_weight)
-            direction = 2 * (residual[:, None] * error_weight + (along + error_bias)[:, None] * weights)
+            direction = 2 * (
+                residual[:, None] * error_weight + (along + error_bias)[:, None] * weights
+            )
             dummies = dummies - steps * direction
             if truth is not None:
                 history.append(np.nan_to_num(((dummies - truth) ** 2).mean(axis=1), nan=np.inf))
@@ -126,4 +148,6 @@ def finite_difference(function, point: np.ndarray, step: float = 1e-6) -> np.nda
 def parameters(model) -> tuple[np.ndarray, float]:
     """``(W, b)`` of a gradcore ``linear_unit`` as float64 numpy."""
     layer = model[1]
-    return layer.weight.detach().double().cpu().numpy().ravel(), float(layer.bias.detach().double().item())
+    return layer.weight.detach().double().cpu().numpy().ravel(), float(
+        layer.bias.detach().double().item()
+    )

@@ -3,7 +3,8 @@
 Qian, Nassar and Hansen, "Minimal Model Structure Analysis for Input Reconstruction in
 Federated Learning" (the source of the ``minimal-structure`` chapter). Three cases:
 
-1. **One instance through an MLP** (Sec. 2.2; proof in the source's appendix 6): for the first hidden layer
+1. **One instance through an MLP** (Sec. 2.2; proof in the source's appendix 6): for the first
+hidden layer
    ``z = W x + b`` and one sample, ``dL/db = dL/dz`` and ``dL/dW = outer(dL/dz, x)``
    whatever the depth above it and whatever the (monotonic) activation. Every row with
    ``dL/db_i != 0`` gives ``x``; one hidden unit is enough. :func:`first_layer_inversion`
@@ -17,8 +18,9 @@ Federated Learning" (the source of the ``minimal-structure`` chapter). Three cas
    :func:`two_step`).
 3. **A batch** (Sec. 2.2 and 3): no closed form; gradient matching plus a regulariser
    (none, orthogonality ``sum_{k != k'} (x_k . x_k')^2`` or L2 ``sum_k |x_k|^2``), with
-   Adam or L-BFGS: the attack ``regularised_matching`` (:mod:`gradcore.attacks.regularised`). Demixing a batch of ``B`` needs at
-   least ``B`` hidden units (:func:`demixing_condition`, :func:`batch_span_residual`).
+   Adam or L-BFGS: the attack ``regularised_matching`` (:mod:`gradcore.attacks.regularised`).
+   Demixing a batch of ``B`` needs at least ``B`` hidden units (:func:`demixing_condition`,
+   :func:`batch_span_residual`).
 
 Choices where the source is loose (stated again in the chapter):
 
@@ -94,7 +96,9 @@ class Inversion:
     rank_one_residual: float
 
 
-def first_layer_inversion(weight_gradient, bias_gradient, tolerance: float = 1e-8, check_single: bool = True) -> Inversion:
+def first_layer_inversion(
+    weight_gradient, bias_gradient, tolerance: float = 1e-8, check_single: bool = True
+) -> Inversion:
     """The input of one instance from ``dL/dW`` and ``dL/db`` of its first hidden layer.
 
     Qian et al., Sec. 2.2 (appendix 6): ``dL/dW_i = (dL/db_i) x`` for every hidden unit
@@ -121,47 +125,76 @@ def first_layer_inversion(weight_gradient, bias_gradient, tolerance: float = 1e-
     check.number("tolerance", tolerance, low=0, high=1, low_open=True)
     check.boolean("check_single", check_single)
     weight_gradient = check.real_array("the weight gradient", weight_gradient).astype(np.float64)
-    bias_gradient = check.real_array("the bias gradient", bias_gradient).astype(np.float64).reshape(-1)
-    if weight_gradient.ndim != 2 or weight_gradient.shape[0] != len(bias_gradient) or weight_gradient.size == 0:
-        raise check.GradcoreValueError(f"the weight gradient must be (n1, d) with one bias gradient per row; got {weight_gradient.shape} "
-                                       f"and {bias_gradient.shape}")
+    bias_gradient = (
+        check.real_array("the bias gradient", bias_gradient).astype(np.float64).reshape(-1)
+    )
+    if (
+        weight_gradient.ndim != 2
+        or weight_gradient.shape[0] != len(bias_gradient)
+        or weight_gradient.size == 0
+    ):
+        raise check.GradcoreValueError(
+            "the weight gradient must be (n1, d) with one bias gradient per row; got "
+            f"{weight_gradient.shape} and {bias_gradient.shape}"
+        )
     if not (np.isfinite(weight_gradient).all() and np.isfinite(bias_gradient).all()):
         raise check.GradcoreValueError("the first layer's gradient has NaN or infinite entries")
     magnitude = np.abs(bias_gradient)
     if magnitude.max() == 0:
-        raise check.AttackRefused(f"blocked: all {len(bias_gradient)} rows of the first hidden layer's bias gradient are zero (dead or "
-                                       "saturated units, or a zero loss derivative): no row carries the input")
+        raise check.AttackRefused(
+            f"blocked: all {len(bias_gradient)} rows of the first hidden layer's bias gradient are "
+            "zero (dead or saturated units, or a zero loss derivative): no row carries the input"
+        )
     usable = magnitude > tolerance * magnitude.max()
     dead = int((magnitude == 0).sum())
     rows = np.flatnonzero(usable)
     chosen = bias_gradient[rows]
     recovered = chosen @ weight_gradient[rows] / (chosen @ chosen)
     scale = np.abs(weight_gradient).max()
-    residual = float(np.abs(weight_gradient - np.outer(bias_gradient, recovered)).max() / scale) if scale > 0 else 0.0
+    residual = (
+        float(np.abs(weight_gradient - np.outer(bias_gradient, recovered)).max() / scale)
+        if scale > 0
+        else 0.0
+    )
     if check_single and residual > 1e-6:
-        raise check.AttackRefused(f"the gradient is not one instance's: dW differs from outer(db, x) by {residual:.2g} (relative); "
-                                       "a batch needs hidden units >= batch size and an optimisation (see regularised_matching)")
+        raise check.AttackRefused(
+            f"the gradient is not one instance's: dW differs from outer(db, x) by {residual:.2g} "
+            "(relative); a batch needs hidden units >= batch size and an optimisation (see "
+            "regularised_matching)"
+        )
     return Inversion(recovered, rows, dead, int(len(bias_gradient) - dead - len(rows)), residual)
 
 
 def relative_error(estimate, truth) -> float:
     """``|estimate - truth| / |truth|`` in the Euclidean norm (float64)."""
-    estimate, truth = np.asarray(estimate, dtype=np.float64).ravel(), np.asarray(truth, dtype=np.float64).ravel()
+    estimate, truth = (
+        np.asarray(estimate, dtype=np.float64).ravel(),
+        np.asarray(truth, dtype=np.float64).ravel(),
+    )
     return float(np.linalg.norm(estimate - truth) / np.linalg.norm(truth))
 
 
-def first_layer_gradients(model: nn.Module, gradient: Sequence[torch.Tensor], after: type | None = None) -> tuple:
-    """``(dL/dW, dL/db)`` of a torch model's first Linear layer (after a layer of type ``after``) as float64 numpy."""
+def first_layer_gradients(
+    model: nn.Module, gradient: Sequence[torch.Tensor], after: type | None = None
+) -> tuple:
+    """``(dL/dW, dL/db)`` of a torch model's first Linear layer (after a layer of type ``after``) as
+    float64 numpy."""
     seen = after is None
     for module in model.modules():
         if after is not None and isinstance(module, after):
             seen = True
         if seen and isinstance(module, nn.Linear):
             if module.bias is None:
-                raise check.AttackRefused("the closed form needs a bias in the first fully-connected layer")
-            pick = lambda p: tuple(gradient)[grads.parameter_index(model, p)].detach().double().cpu().numpy()
+                raise check.AttackRefused(
+                    "the closed form needs a bias in the first fully-connected layer"
+                )
+            pick = lambda p: (
+                tuple(gradient)[grads.parameter_index(model, p)].detach().double().cpu().numpy()
+            )
             return pick(module.weight), pick(module.bias)
-    raise check.AttackRefused("the model has no fully-connected layer" + (f" after a {after.__name__}" if after else ""))
+    raise check.AttackRefused(
+        "the model has no fully-connected layer" + (f" after a {after.__name__}" if after else "")
+    )
 
 
 # ----------------------------------------------------------------------------------
@@ -171,21 +204,33 @@ def first_layer_gradients(model: nn.Module, gradient: Sequence[torch.Tensor], af
 
 def conv_output_width(width: int, kernel_size: int, padding: int = 0, stride: int = 1) -> int:
     """``d' = (d + 2p - k) / s + 1``, rounded down as PyTorch does."""
-    for name, value, low in (("width d", width, 1), ("kernel size k", kernel_size, 1), ("stride s", stride, 1), ("padding p", padding, 0)):
+    for name, value, low in (
+        ("width d", width, 1),
+        ("kernel size k", kernel_size, 1),
+        ("stride s", stride, 1),
+        ("padding p", padding, 0),
+    ):
         check.integer(name, value, low=low)
     if min(width, kernel_size, stride) < 1 or padding < 0:
-        raise check.GradcoreValueError(f"need d, k, s >= 1 and p >= 0; got d={width}, k={kernel_size}, s={stride}, p={padding}")
+        raise check.GradcoreValueError(
+            f"need d, k, s >= 1 and p >= 0; got d={width}, k={kernel_size}, s={stride}, p={padding}"
+        )
     if width + 2 * padding < kernel_size:
-        raise check.GradcoreValueError(f"a {kernel_size}-wide kernel does not fit a {width}-wide input padded by {padding}")
+        raise check.GradcoreValueError(
+            f"a {kernel_size}-wide kernel does not fit a {width}-wide input padded by {padding}"
+        )
     return (width + 2 * padding - kernel_size) // stride + 1
 
 
 def demixing_condition(hidden_units: int, batch_size: int) -> bool:
-    """Proposition 2: a dense layer demixes a batch when it has at least as many units as samples."""
+    """Proposition 2: a dense layer demixes a batch when it has at least as many units as
+    samples."""
     check.positive_int("hidden units", hidden_units)
     check.positive_int("batch size", batch_size)
     if hidden_units < 1 or batch_size < 1:
-        raise check.GradcoreValueError(f"hidden units and batch size must be positive, got {hidden_units} and {batch_size}")
+        raise check.GradcoreValueError(
+            f"hidden units and batch size must be positive, got {hidden_units} and {batch_size}"
+        )
     return hidden_units >= batch_size
 
 
@@ -195,10 +240,16 @@ def output_layer_demixing(inputs: int, outputs: int, batch_size: int) -> bool:
     Equations ``n1 (n0 + 1)`` (weight and bias gradients) against unknowns ``B (n0 + n1)``
     (each sample's layer input and output derivative). One instance always demixes.
     """
-    for name, value in (("inputs n0", inputs), ("outputs n1", outputs), ("batch size B", batch_size)):
+    for name, value in (
+        ("inputs n0", inputs),
+        ("outputs n1", outputs),
+        ("batch size B", batch_size),
+    ):
         check.positive_int(name, value)
     if min(inputs, outputs, batch_size) < 1:
-        raise check.GradcoreValueError(f"sizes must be positive, got n0={inputs}, n1={outputs}, B={batch_size}")
+        raise check.GradcoreValueError(
+            f"sizes must be positive, got n0={inputs}, n1={outputs}, B={batch_size}"
+        )
     if batch_size == 1:
         return True
     return batch_size < outputs and inputs * (outputs - batch_size) >= outputs * (batch_size - 1)
@@ -233,19 +284,44 @@ class ConvCount:
 
     @property
     def determined(self) -> bool | None:
-        """The convolution matrix has full column rank (``None`` where the rank was not computed)."""
+        """The convolution matrix has full column rank (``None`` where the rank was not
+        computed)."""
         return None if self.rank is None else self.rank == self.unknowns // self.batch_size
 
     def row(self) -> list:
         dense = "none (to output)" if self.dense_units is None else self.dense_units
-        return [f"{self.channels}x{self.width}x{self.width}", self.kernel_size, self.stride, self.padding, self.output_width,
-                self.kernels, self.kernels_needed, dense, self.batch_size, self.equations, self.unknowns, self.solvable]
+        return [
+            f"{self.channels}x{self.width}x{self.width}",
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.output_width,
+            self.kernels,
+            self.kernels_needed,
+            dense,
+            self.batch_size,
+            self.equations,
+            self.unknowns,
+            self.solvable,
+        ]
 
 
-def conv_counting(width: int, channels: int, kernels: int, kernel_size: int, padding: int = 0, stride: int = 1,
-                  batch_size: int = 1, dense_units: int | None = 64, num_classes: int = 10, weight: np.ndarray | None = None,
-                  seed: int = 0, largest_rank: int = 1024) -> ConvCount:
-    """Whether one convolutional layer can be inverted, by counting (Sec. 2.3, after eq. (2)), and its rank.
+def conv_counting(
+    width: int,
+    channels: int,
+    kernels: int,
+    kernel_size: int,
+    padding: int = 0,
+    stride: int = 1,
+    batch_size: int = 1,
+    dense_units: int | None = 64,
+    num_classes: int = 10,
+    weight: np.ndarray | None = None,
+    seed: int = 0,
+    largest_rank: int = 1024,
+) -> ConvCount:
+    """Whether one convolutional layer can be inverted, by counting (Sec. 2.3, after eq. (2)), and
+    its rank.
 
     With a dense layer of ``dense_units`` above: demixing needs ``dense_units >= B`` and
     deconvolution ``(d')^2 B h >= d^2 B C``, i.e. ``h >= (d / d')^2 C``. With the
@@ -259,8 +335,13 @@ def conv_counting(width: int, channels: int, kernels: int, kernel_size: int, pad
     ``largest_rank`` unknowns per sample. The rank of a random layer is the rank of almost
     every layer of the kind.
     """
-    for name, value in (("channels C", channels), ("kernels h", kernels), ("batch size B", batch_size), ("num_classes", num_classes),
-                        ("largest_rank", largest_rank)):
+    for name, value in (
+        ("channels C", channels),
+        ("kernels h", kernels),
+        ("batch size B", batch_size),
+        ("num_classes", num_classes),
+        ("largest_rank", largest_rank),
+    ):
         check.positive_int(name, value)
     check.positive_int("dense_units", dense_units, allow_none=True)
     check.integer("seed", seed)
@@ -274,18 +355,39 @@ def conv_counting(width: int, channels: int, kernels: int, kernel_size: int, pad
     rank = None
     if weight is not None or channels * width * width <= largest_rank:
         if weight is None:
-            weight = np.random.default_rng(seed).normal(size=(kernels, channels, kernel_size, kernel_size))
+            weight = np.random.default_rng(seed).normal(
+                size=(kernels, channels, kernel_size, kernel_size)
+            )
         weight = check.real_array("weight", weight)
         if weight.shape != (kernels, channels, kernel_size, kernel_size):
-            raise check.GradcoreValueError(f"weight must be shaped (h, C, k, k) = {(kernels, channels, kernel_size, kernel_size)}; "
-                                           f"got {weight.shape}")
+            raise check.GradcoreValueError(
+                "weight must be shaped (h, C, k, k) = "
+                f"{(kernels, channels, kernel_size, kernel_size)}; got {weight.shape}"
+            )
         rank, _ = svd_solve(convolution_matrix(weight, width, padding, stride))
-    return ConvCount(width, channels, kernels, kernel_size, stride, padding, batch_size, out, out * out * batch_size * kernels,
-                     width * width * batch_size * channels, needed, dense_units, bool(demixes and kernels >= needed), rank)
+    return ConvCount(
+        width,
+        channels,
+        kernels,
+        kernel_size,
+        stride,
+        padding,
+        batch_size,
+        out,
+        out * out * batch_size * kernels,
+        width * width * batch_size * channels,
+        needed,
+        dense_units,
+        bool(demixes and kernels >= needed),
+        rank,
+    )
 
 
-def convolution_matrix(weight: np.ndarray, width: int, padding: int = 0, stride: int = 1) -> np.ndarray:
-    """The matrix ``A`` with ``A vec(x) = vec(conv(x))`` (no bias), float64, in ``nn.Flatten`` order.
+def convolution_matrix(
+    weight: np.ndarray, width: int, padding: int = 0, stride: int = 1
+) -> np.ndarray:
+    """The matrix ``A`` with ``A vec(x) = vec(conv(x))`` (no bias), float64, in ``nn.Flatten``
+    order.
 
     Built by convolving each basis image, so it is the layer PyTorch computes.
     """
@@ -312,12 +414,15 @@ def _svd(matrix: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         from scipy.linalg import svd
 
         with single_thread():
-            u, singular, vt = svd(np.asarray(matrix, dtype=np.float64), full_matrices=False, lapack_driver="gesvd")
+            u, singular, vt = svd(
+                np.asarray(matrix, dtype=np.float64), full_matrices=False, lapack_driver="gesvd"
+            )
         return torch.as_tensor(u), torch.as_tensor(singular), torch.as_tensor(vt)
 
 
 def svd_solve(system: np.ndarray, target: np.ndarray | None = None):
-    """Rank (numpy's tolerance), minimum-norm least-squares solution and largest singular value, from one SVD.
+    """Rank (numpy's tolerance), minimum-norm least-squares solution and largest singular value,
+    from one SVD.
 
     Rows that are exactly zero carry no equation (``0 = t``): they are dropped before the
     SVD, which changes neither the rank nor the least-squares solution, and spares the
@@ -360,8 +465,14 @@ class Deconvolution:
         return self.rank == self.unknowns
 
 
-def deconvolve(layer: nn.Conv2d, activated: np.ndarray, activation: str, width: int, method: str = "auto",
-               iterations: int = 2000) -> Deconvolution:
+def deconvolve(
+    layer: nn.Conv2d,
+    activated: np.ndarray,
+    activation: str,
+    width: int,
+    method: str = "auto",
+    iterations: int = 2000,
+) -> Deconvolution:
     """Recover a convolution's input from its activated output (the second step).
 
     The activation is inverted where it can be (sigmoid: ``logit``, dropping outputs
@@ -376,17 +487,29 @@ def deconvolve(layer: nn.Conv2d, activated: np.ndarray, activation: str, width: 
     matrix = convolution_matrix(weight, width, layer.padding[0], layer.stride[0])
     activated = np.asarray(activated, dtype=np.float64).ravel()
     if len(activated) != matrix.shape[0]:
-        raise check.GradcoreValueError(f"the convolution gives {matrix.shape[0]} outputs, {len(activated)} were passed")
-    bias = np.zeros(layer.out_channels) if layer.bias is None else layer.bias.detach().double().cpu().numpy()
-    target = ACTIVATION_FUNCTIONS[activation].inverse(activated) - np.repeat(bias, matrix.shape[0] // layer.out_channels)
+        raise check.GradcoreValueError(
+            f"the convolution gives {matrix.shape[0]} outputs, {len(activated)} were passed"
+        )
+    bias = (
+        np.zeros(layer.out_channels)
+        if layer.bias is None
+        else layer.bias.detach().double().cpu().numpy()
+    )
+    target = ACTIVATION_FUNCTIONS[activation].inverse(activated) - np.repeat(
+        bias, matrix.shape[0] // layer.out_channels
+    )
     usable = np.isfinite(target)
     if not usable.any():
-        raise check.AttackRefused("blocked: every convolution output is saturated or inactive, so none can be inverted")
+        raise check.AttackRefused(
+            "blocked: every convolution output is saturated or inactive, so none can be inverted"
+        )
     system, target = matrix[usable], target[usable]
     rank, least_squares, largest = svd_solve(system, target)
     if largest == 0:
-        raise check.AttackRefused("blocked: every usable convolution output sees only the zero padding, so its equation "
-                                       "carries nothing about the input")
+        raise check.AttackRefused(
+            "blocked: every usable convolution output sees only the zero padding, so its equation "
+            "carries nothing about the input"
+        )
     if method == "auto":
         method = "lstsq" if rank == matrix.shape[1] else "optimise"
     if method == "lstsq":
@@ -414,17 +537,26 @@ def _conv_and_activation(model: nn.Module) -> tuple[nn.Conv2d, str]:
     modules = list(model.modules())
     convs = [m for m in modules if isinstance(m, nn.Conv2d)]
     if len(convs) != 1:
-        raise check.AttackRefused(f"the two-step attack handles one convolutional layer, the model has {len(convs)}")
+        raise check.AttackRefused(
+            f"the two-step attack handles one convolutional layer, the model has {len(convs)}"
+        )
     index = modules.index(convs[0])
     names = {nn.Sigmoid: "sigmoid", nn.ReLU: "relu", nn.Tanh: "tanh"}
-    following = next((names.get(type(m)) for m in modules[index + 1:] if type(m) in names), None)
+    following = next((names.get(type(m)) for m in modules[index + 1 :] if type(m) in names), None)
     if following is None:
-        raise check.AttackRefused("the convolution must be followed by a sigmoid, ReLU or tanh activation")
+        raise check.AttackRefused(
+            "the convolution must be followed by a sigmoid, ReLU or tanh activation"
+        )
     return convs[0], following
 
 
-def two_step(model: nn.Module, gradient: Sequence[torch.Tensor], shape: Sequence[int], method: str = "auto",
-             iterations: int = 2000) -> TwoStep:
+def two_step(
+    model: nn.Module,
+    gradient: Sequence[torch.Tensor],
+    shape: Sequence[int],
+    method: str = "auto",
+    iterations: int = 2000,
+) -> TwoStep:
     """Qian et al., Sec. 2.3: demix the dense layer's gradient, then deconvolve.
 
     ``model`` is ``Conv2d, activation, Flatten, Linear, ...`` (see :func:`conv_mlp`).
@@ -444,7 +576,10 @@ def two_step(model: nn.Module, gradient: Sequence[torch.Tensor], shape: Sequence
     layer, activation = _conv_and_activation(model)
     channels, width = int(shape[0]), int(shape[-1])
     if layer.in_channels != channels:
-        raise check.GradcoreValueError(f"an input of shape {tuple(shape)} has {channels} channels, the convolution takes {layer.in_channels}")
+        raise check.GradcoreValueError(
+            f"an input of shape {tuple(shape)} has {channels} channels, the convolution takes "
+            f"{layer.in_channels}"
+        )
     weight_gradient, bias_gradient = first_layer_gradients(model, gradient, after=nn.Conv2d)
     demixed = first_layer_inversion(weight_gradient, bias_gradient)
     deconvolution = deconvolve(layer, demixed.input, activation, width, method, iterations)
@@ -456,7 +591,9 @@ def two_step(model: nn.Module, gradient: Sequence[torch.Tensor], shape: Sequence
 # ----------------------------------------------------------------------------------
 
 
-def batch_span_residual(weight_gradient: np.ndarray, inputs: np.ndarray, tolerance: float = 1e-10) -> float:
+def batch_span_residual(
+    weight_gradient: np.ndarray, inputs: np.ndarray, tolerance: float = 1e-10
+) -> float:
     """How far the private batch lies outside the row space of ``dL/dW`` (relative, worst sample).
 
     A batch gradient is ``sum_k outer(delta_k, x_k) / B``: its rows span at most
@@ -467,7 +604,10 @@ def batch_span_residual(weight_gradient: np.ndarray, inputs: np.ndarray, toleran
     weight_gradient = np.asarray(weight_gradient, dtype=np.float64)
     inputs = np.atleast_2d(np.asarray(inputs, dtype=np.float64))
     if inputs.shape[1] != weight_gradient.shape[1]:
-        raise check.GradcoreValueError(f"inputs of size {inputs.shape[1]} do not fit a gradient taking {weight_gradient.shape[1]}")
+        raise check.GradcoreValueError(
+            f"inputs of size {inputs.shape[1]} do not fit a gradient taking "
+            f"{weight_gradient.shape[1]}"
+        )
     _, singular, vt = (t.numpy() for t in _svd(weight_gradient))
     if singular.size == 0 or singular[0] == 0:
         raise check.AttackRefused("the weight gradient is zero: it spans nothing")
@@ -483,8 +623,11 @@ def saturation(model: nn.Module, inputs: torch.Tensor, threshold: float = 4.0) -
     the attack follows, barely changes with the input.
     """
     seen: list[torch.Tensor] = []
-    hooks = [m.register_forward_hook(lambda _, args, __: seen.append(args[0].detach())) for m in model.modules()
-             if isinstance(m, nn.Sigmoid)]
+    hooks = [
+        m.register_forward_hook(lambda _, args, __: seen.append(args[0].detach()))
+        for m in model.modules()
+        if isinstance(m, nn.Sigmoid)
+    ]
     try:
         with torch.no_grad():
             model(inputs)
@@ -493,4 +636,6 @@ def saturation(model: nn.Module, inputs: torch.Tensor, threshold: float = 4.0) -
             hook.remove()
     if not seen:
         raise check.GradcoreValueError("the model has no sigmoid activations")
-    return float(sum((s.abs() > threshold).sum().item() for s in seen) / sum(s.numel() for s in seen))
+    return float(
+        sum((s.abs() > threshold).sum().item() for s in seen) / sum(s.numel() for s in seen)
+    )

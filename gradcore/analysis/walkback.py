@@ -1,4 +1,5 @@
-"""Proposition 3.1 of Inverting Gradients, executed: walk a ReLU network's input out of its gradient.
+"""Proposition 3.1 of Inverting Gradients, executed: walk a ReLU network's input out of its
+gradient.
 
 Geiping, Bauermeister, Droege and Moeller (2020), "Inverting Gradients: How easy is it to
 break privacy in federated learning?", NeurIPS 2020, Proposition 3.1 and its proof in the
@@ -34,7 +35,8 @@ Two halves:
   :func:`batch_mixture_weights`, :func:`dead_layer_network`, :func:`blocked_fraction`;
 * torch: :func:`walk_back_torch` for the ``nn.Sequential`` MLPs that
   ``gradcore.models.build("mlp", ..., activation="relu")`` returns, and
-  :func:`gradient_pairs_from_torch` (with :func:`gradcore.analysis.dense.from_torch`) to compare the two.
+  :func:`gradient_pairs_from_torch` (with :func:`gradcore.analysis.dense.from_torch`) to compare the
+  two.
 
 The walk itself is written once (:func:`_walk`) for numpy arrays and torch tensors.
 """
@@ -123,16 +125,25 @@ class WalkBackResult:
 def _blocked_message(layer: int, biased: bool, description: str = "") -> str:
     where = f"layer {layer}{f' ({description})' if description else ''}"
     if biased:
-        reason = f"every entry of its bias gradient dL/db_{layer} (= dL/dz_{layer} for one sample) is zero"
+        reason = (
+            f"every entry of its bias gradient dL/db_{layer} (= dL/dz_{layer} for one sample) "
+            "is zero"
+        )
     else:
         reason = f"every entry of dL/dz_{layer}, carried down by the chain rule, is zero"
-    return (f"walk-back blocked at {where}: {reason}, so no row of dL/dW_{layer} can be divided out. "
-            f"None of this layer's outputs influences the loss (for a ReLU layer: all its units are inactive); "
-            f"for a single sample the gradient of this layer and of every layer below it is then zero")
+    return (
+        f"walk-back blocked at {where}: {reason}, so no row of dL/dW_{layer} can be divided out. "
+        "None of this layer's outputs influences the loss (for a ReLU layer: all its units are "
+        "inactive); for a single sample the gradient of this layer and of every layer below it is "
+        "then zero"
+    )
 
 
-def walk_back(network: DenseNetwork, layer_gradients: LayerGradients, start: int | None = None) -> WalkBackResult:
-    """Recover every layer's input from a single sample's gradient (Geiping et al., 2020, Prop. 3.1).
+def walk_back(
+    network: DenseNetwork, layer_gradients: LayerGradients, start: int | None = None
+) -> WalkBackResult:
+    """Recover every layer's input from a single sample's gradient (Geiping et al., 2020, Prop.
+    3.1).
 
     At a biased layer ``dL/dz_l = dL/db_l``; the row ``i`` with the largest ``|dL/dz_l[i]|``
     gives the layer's input ``a_l = (dL/dW_l)[i] / (dL/dz_l)[i]``. Its positive entries are
@@ -190,14 +201,26 @@ class _ArrayOperations(NamedTuple):
     relu: Callable
 
 
-_NUMPY = _ArrayOperations(lambda a: int(np.count_nonzero(a)), lambda a: int(np.argmax(np.abs(a))),
-                          lambda a: np.maximum(a, 0.0))
-_TORCH = _ArrayOperations(lambda a: int(torch.count_nonzero(a)), lambda a: int(torch.argmax(a.abs())), torch.relu)
+_NUMPY = _ArrayOperations(
+    lambda a: int(np.count_nonzero(a)),
+    lambda a: int(np.argmax(np.abs(a))),
+    lambda a: np.maximum(a, 0.0),
+)
+_TORCH = _ArrayOperations(
+    lambda a: int(torch.count_nonzero(a)), lambda a: int(torch.argmax(a.abs())), torch.relu
+)
 
 
-def _walk(weights: list, biases: list, layer_gradients: list, start: int, descriptions: list[str],
-          operations: _ArrayOperations) -> WalkBackResult:
-    """Prop. 3.1's division, layer by layer from ``start`` down to the input, then forward up to the output.
+def _walk(
+    weights: list,
+    biases: list,
+    layer_gradients: list,
+    start: int,
+    descriptions: list[str],
+    operations: _ArrayOperations,
+) -> WalkBackResult:
+    """Prop. 3.1's division, layer by layer from ``start`` down to the input, then forward up to the
+    output.
 
     ``weights``, ``biases`` and ``layer_gradients`` are arrays or tensors of one kind (and
     dtype); ``descriptions`` name each layer in a block message.
@@ -217,8 +240,9 @@ def _walk(weights: list, biases: list, layer_gradients: list, start: int, descri
         rows[layer] = row
         inputs[layer] = weight_gradient[row] / sensitivity[row]
         if layer > 0:
-            # The recovered input is the ReLU output of layer - 1: positive exactly where that unit was live
-            # (a dead unit's entry is 0 * g / g = 0 exactly, so the mask carries no rounding error).
+            # The recovered input is the ReLU output of layer - 1: positive exactly where that unit
+            # was live (a dead unit's entry is 0 * g / g = 0 exactly, so the mask carries no
+            # rounding error).
             sensitivity = (weights[layer].T @ sensitivity) * (inputs[layer] > 0)
     for layer in range(start, depth - 1):
         above = weights[layer] @ inputs[layer]
@@ -230,18 +254,26 @@ def _walk(weights: list, biases: list, layer_gradients: list, start: int, descri
 
 def _require_relu(network: DenseNetwork) -> None:
     if network.activation != "relu" or not network.first_activation:
-        raise AttackRefused(f"the walk-back reads active units off a ReLU network; this one uses {network.activation}"
-                                 + ("" if network.first_activation else " and has no activation after its first layer"))
+        raise AttackRefused(
+            "the walk-back reads active units off a ReLU network; this one uses "
+            f"{network.activation}"
+            + ("" if network.first_activation else " and has no activation after its first layer")
+        )
 
 
 def _start_layer(biased_layers: list[int], start: int | None) -> int:
     if not biased_layers:
-        raise AttackRefused("no layer has a bias, so no layer hands over dL/dz directly: Proposition 3.1 needs "
-                                 "at least one biased fully-connected layer")
+        raise AttackRefused(
+            "no layer has a bias, so no layer hands over dL/dz directly: Proposition 3.1 needs at "
+            "least one biased fully-connected layer"
+        )
     if start is None:
         return biased_layers[-1]
     if start not in biased_layers:
-        raise GradcoreValueError(f"the walk-back must start at a biased layer; layer {start} is not one (biased: {biased_layers})")
+        raise GradcoreValueError(
+            f"the walk-back must start at a biased layer; layer {start} is not one (biased: "
+            f"{biased_layers})"
+        )
     return int(start)
 
 
@@ -250,8 +282,13 @@ def _start_layer(biased_layers: list[int], start: int | None) -> int:
 # ----------------------------------------------------------------------------------
 
 
-def central_difference_check(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray, step: float = 1e-6,
-                             loss: str = "cross_entropy") -> float:
+def central_difference_check(
+    network: DenseNetwork,
+    inputs: np.ndarray,
+    labels: np.ndarray,
+    step: float = 1e-6,
+    loss: str = "cross_entropy",
+) -> float:
     """Largest ``|analytic - central difference|`` over every weight and bias entry.
 
     In float64 with ``step = 1e-6`` the central difference is accurate to about
@@ -262,9 +299,12 @@ def central_difference_check(network: DenseNetwork, inputs: np.ndarray, labels: 
         raise GradcoreValueError(f"the finite-difference step must be positive, got {step}")
     analytic = gradients(network, inputs, labels, loss)
     # Perturb a private copy in place: the original network is never touched.
-    probe = DenseNetwork([weight.copy() for weight in network.weights],
-                         [None if bias is None else bias.copy() for bias in network.biases], network.activation,
-                         network.first_activation)
+    probe = DenseNetwork(
+        [weight.copy() for weight in network.weights],
+        [None if bias is None else bias.copy() for bias in network.biases],
+        network.activation,
+        network.first_activation,
+    )
     worst = 0.0
     for layer in range(network.depth):
         parameters = [(probe.weights[layer], analytic[layer][0])]
@@ -291,8 +331,13 @@ class InvarianceRow(NamedTuple):
     cosine: float  # cos(s g, g)
 
 
-def magnitude_invariance(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray,
-                         scales: Sequence[float] = (1.0, 1e-2, 1e-4, 1e-6), loss: str = "cross_entropy") -> list[InvarianceRow]:
+def magnitude_invariance(
+    network: DenseNetwork,
+    inputs: np.ndarray,
+    labels: np.ndarray,
+    scales: Sequence[float] = (1.0, 1e-2, 1e-4, 1e-6),
+    loss: str = "cross_entropy",
+) -> list[InvarianceRow]:
     """Why direction, not magnitude, carries the input (Geiping et al., 2020, Sec. 3).
 
     Scales one sample's whole gradient by each factor, as a better-fitted model would
@@ -309,7 +354,9 @@ def magnitude_invariance(network: DenseNetwork, inputs: np.ndarray, labels: np.n
     """
     single = check_inputs(network, inputs, allow_single=True)
     if single.ndim == 2 and len(single) != 1:
-        raise GradcoreValueError(f"magnitude invariance is measured on one sample; got a batch of {len(single)}")
+        raise GradcoreValueError(
+            f"magnitude invariance is measured on one sample; got a batch of {len(single)}"
+        )
     truth = forward(network, single.reshape(1, -1)).inputs
     reference = gradients(network, inputs, labels, loss)
     flat_reference = flatten_gradients(reference)
@@ -321,10 +368,15 @@ def magnitude_invariance(network: DenseNetwork, inputs: np.ndarray, labels: np.n
         result = walk_back(network, scaled)
         if not result.recovered:
             raise GradcoreValueError(f"at scale {scale:g}: {result.blocked}")
-        error = max(float(np.abs(recovered - true[0]).max()) for recovered, true in zip(result.inputs, truth))
+        error = max(
+            float(np.abs(recovered - true[0]).max())
+            for recovered, true in zip(result.inputs, truth)
+        )
         flat = flatten_gradients(scaled)
         distance = float(np.linalg.norm(flat - flat_reference))
-        cosine = float(flat @ flat_reference / (np.linalg.norm(flat) * np.linalg.norm(flat_reference)))
+        cosine = float(
+            flat @ flat_reference / (np.linalg.norm(flat) * np.linalg.norm(flat_reference))
+        )
         rows.append(InvarianceRow(float(scale), error, distance, cosine))
     return rows
 
@@ -366,7 +418,8 @@ class BatchMixture:
 
     @property
     def shares(self) -> np.ndarray:
-        """Each sample's share of the mixture, ``|w_k| / sum_j |w_j|`` (non-negative, sums to one)."""
+        """Each sample's share of the mixture, ``|w_k| / sum_j |w_j|`` (non-negative, sums to
+        one)."""
         magnitude = np.abs(self.weights)
         return magnitude / magnitude.sum()
 
@@ -382,8 +435,14 @@ class BatchMixture:
         return float(shares.max() / shares.min()) if shares.min() > 0 else math.inf
 
 
-def batch_mixture_weights(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray, layer: int,
-                          row: int | None = None, loss: str = "cross_entropy") -> BatchMixture:
+def batch_mixture_weights(
+    network: DenseNetwork,
+    inputs: np.ndarray,
+    labels: np.ndarray,
+    layer: int,
+    row: int | None = None,
+    loss: str = "cross_entropy",
+) -> BatchMixture:
     """The weights with which a batch's samples enter the walk-back's division at ``layer``.
 
     Parameters
@@ -401,19 +460,27 @@ def batch_mixture_weights(network: DenseNetwork, inputs: np.ndarray, labels: np.
         gradient at ``row`` (the residuals cancel exactly, so the division is undefined).
     """
     if not 0 <= layer < network.depth:
-        raise GradcoreValueError(f"layer {layer} does not exist; the network has layers 0 to {network.depth - 1}")
+        raise GradcoreValueError(
+            f"layer {layer} does not exist; the network has layers 0 to {network.depth - 1}"
+        )
     if network.biases[layer] is None:
-        raise GradcoreValueError(f"layer {layer} has no bias, so its dL/dz is not observed and no row can be divided")
+        raise GradcoreValueError(
+            f"layer {layer} has no bias, so its dL/dz is not observed and no row can be divided"
+        )
     passed, sensitivities = per_sample_sensitivities(network, inputs, labels, loss)
     sensitivity, layer_inputs = sensitivities[layer], passed.inputs[layer]
     weight_gradient, bias_gradient = gradients(network, inputs, labels, loss)[layer]
     if row is None:
         row = int(np.argmax(np.abs(bias_gradient)))
     if not 0 <= row < len(bias_gradient):
-        raise GradcoreValueError(f"row {row} does not exist; layer {layer} has {len(bias_gradient)} rows")
+        raise GradcoreValueError(
+            f"row {row} does not exist; layer {layer} has {len(bias_gradient)} rows"
+        )
     if bias_gradient[row] == 0:
-        raise GradcoreValueError(f"the batch bias gradient of layer {layer} is zero at row {row}: the samples' "
-                                 "sensitivities cancel exactly, so the division (and the mixture) is undefined")
+        raise GradcoreValueError(
+            f"the batch bias gradient of layer {layer} is zero at row {row}: the samples' "
+            "sensitivities cancel exactly, so the division (and the mixture) is undefined"
+        )
     column = sensitivity[:, row]
     weights = column / column.sum()
     mixture = weight_gradient[row] / bias_gradient[row]
@@ -422,7 +489,8 @@ def batch_mixture_weights(network: DenseNetwork, inputs: np.ndarray, labels: np.
 
 @dataclass(frozen=True)
 class ShareSurvey:
-    """How the walk-back's batch mixture is shared out over many random networks of one weight scale.
+    """How the walk-back's batch mixture is shared out over many random networks of one weight
+    scale.
 
     Medians over the networks: the share of the most exposed sample, and the ratio of the
     largest to the smallest share; and the mean top-class probability (the model's confidence).
@@ -435,9 +503,16 @@ class ShareSurvey:
     confidence: float
 
 
-def share_survey(widths: Sequence[int], inputs: np.ndarray, labels: np.ndarray, scale: float, trials: int,
-                 rng: np.random.Generator) -> ShareSurvey:
-    """Median exposure of a batch at the output layer over ``trials`` random networks of weight ``scale``.
+def share_survey(
+    widths: Sequence[int],
+    inputs: np.ndarray,
+    labels: np.ndarray,
+    scale: float,
+    trials: int,
+    rng: np.random.Generator,
+) -> ShareSurvey:
+    """Median exposure of a batch at the output layer over ``trials`` random networks of weight
+    ``scale``.
 
     Each network is :func:`random_network` with biases scaled with the weights (``scale / 4``,
     as the source's construction scales every parameter together), so a small ``scale`` gives a
@@ -446,7 +521,9 @@ def share_survey(widths: Sequence[int], inputs: np.ndarray, labels: np.ndarray, 
     of magnitude), so a claim about a regime is a claim about these medians.
     """
     if scale <= 0 or trials <= 0:
-        raise GradcoreValueError(f"scale and trials must be positive, got scale={scale}, trials={trials}")
+        raise GradcoreValueError(
+            f"scale and trials must be positive, got scale={scale}, trials={trials}"
+        )
     output_layer = len(widths) - 2
     largest, spread, confident = [], [], []
     for _ in range(int(trials)):
@@ -455,26 +532,44 @@ def share_survey(widths: Sequence[int], inputs: np.ndarray, labels: np.ndarray, 
         largest.append(mixture.largest_share)
         spread.append(mixture.share_spread)
         confident.append(float(confidence(network, inputs).mean()))
-    return ShareSurvey(float(scale), int(trials), float(np.median(largest)), float(np.median(spread)), float(np.mean(confident)))
+    return ShareSurvey(
+        float(scale),
+        int(trials),
+        float(np.median(largest)),
+        float(np.median(spread)),
+        float(np.mean(confident)),
+    )
 
 
-def output_residuals(network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray, row: int) -> np.ndarray:
-    """``p_k[row] - [y_k = row]`` under cross-entropy: how wrong the model is about class ``row`` on each sample."""
+def output_residuals(
+    network: DenseNetwork, inputs: np.ndarray, labels: np.ndarray, row: int
+) -> np.ndarray:
+    """``p_k[row] - [y_k = row]`` under cross-entropy: how wrong the model is about class ``row`` on
+    each sample."""
     inputs, labels = check_batch(network, inputs, labels, "cross_entropy")
     if not 0 <= row < network.widths[-1]:
-        raise GradcoreValueError(f"row {row} is not a class; the network has {network.widths[-1]} outputs")
+        raise GradcoreValueError(
+            f"row {row} is not a class; the network has {network.widths[-1]} outputs"
+        )
     probabilities = softmax(forward(network, inputs).output)
     return probabilities[:, row] - (labels == row)
 
 
 def confidence(network: DenseNetwork, inputs: np.ndarray) -> np.ndarray:
-    """Each sample's largest softmax probability: near ``1/C`` for a near-uniform model, near 1 for a confident one."""
+    """Each sample's largest softmax probability: near ``1/C`` for a near-uniform model, near 1 for
+    a confident one."""
     return softmax(forward(network, np.atleast_2d(inputs)).output).max(axis=1)
 
 
-def dead_layer_network(inputs: np.ndarray, widths: Sequence[int] = (24, 16, 12, 8), dead_layer: int = 1,
-                       rng: np.random.Generator | int = 0, margin: float = 1.0) -> DenseNetwork:
-    """A network whose hidden ReLU layer ``dead_layer`` is off for ``inputs``: the walk-back's only failure.
+def dead_layer_network(
+    inputs: np.ndarray,
+    widths: Sequence[int] = (24, 16, 12, 8),
+    dead_layer: int = 1,
+    rng: np.random.Generator | int = 0,
+    margin: float = 1.0,
+) -> DenseNetwork:
+    """A network whose hidden ReLU layer ``dead_layer`` is off for ``inputs``: the walk-back's only
+    failure.
 
     Built from :func:`random_network`, then layer ``dead_layer``'s weights are made
     non-positive and its bias set so that every pre-activation is at most ``-margin``
@@ -498,14 +593,18 @@ def dead_layer_network(inputs: np.ndarray, widths: Sequence[int] = (24, 16, 12, 
     """
     depth = len(widths) - 1
     if not 0 <= dead_layer < depth - 1:
-        raise GradcoreValueError(f"only a hidden layer has a ReLU to kill: dead_layer must be in 0..{depth - 2}, got {dead_layer}")
+        raise GradcoreValueError(
+            f"only a hidden layer has a ReLU to kill: dead_layer must be in 0..{depth - 2}, got "
+            f"{dead_layer}"
+        )
     if not margin > 0:
         raise GradcoreValueError(f"margin must be positive, got {margin}")
     generator = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
     network = random_network(widths, generator, bias=True)
     network.weights[dead_layer] = -np.abs(network.weights[dead_layer])
     layer_input = np.atleast_2d(forward(network, inputs).inputs[dead_layer])
-    # The bias cancels the largest pre-activation each unit sees over the batch, then pushes it below zero.
+    # The bias cancels the largest pre-activation each unit sees over the batch, then pushes it
+    # below zero.
     largest = (layer_input @ network.weights[dead_layer].T).max(axis=0)
     network.biases[dead_layer] = -margin - np.maximum(largest, 0.0)
     return network
@@ -528,9 +627,15 @@ class Survey:
         return self.blocked / self.trials
 
 
-def survey_random_networks(trials: int, widths: Sequence[int], rng: np.random.Generator, bias: bool | Sequence[bool] = True,
-                           scale: float = 1.0) -> Survey:
-    """Walk back ``trials`` random networks, each on a random input in ``[0, 1)^D`` with a random label."""
+def survey_random_networks(
+    trials: int,
+    widths: Sequence[int],
+    rng: np.random.Generator,
+    bias: bool | Sequence[bool] = True,
+    scale: float = 1.0,
+) -> Survey:
+    """Walk back ``trials`` random networks, each on a random input in ``[0, 1)^D`` with a random
+    label."""
     if trials < 1:
         raise GradcoreValueError(f"at least one trial is needed, got {trials}")
     blocked, worst, fewest = 0, 0.0, None
@@ -548,8 +653,13 @@ def survey_random_networks(trials: int, widths: Sequence[int], rng: np.random.Ge
     return Survey(trials, blocked, worst, fewest)
 
 
-def blocked_fraction(trials: int, widths: Sequence[int], rng: np.random.Generator, bias: bool | Sequence[bool] = True,
-                     scale: float = 1.0) -> float:
+def blocked_fraction(
+    trials: int,
+    widths: Sequence[int],
+    rng: np.random.Generator,
+    bias: bool | Sequence[bool] = True,
+    scale: float = 1.0,
+) -> float:
     """Fraction of random networks (random inputs and labels) on which the walk-back is blocked.
 
     The proposition's condition fails only if, at some layer, every unit the loss sees
@@ -560,7 +670,8 @@ def blocked_fraction(trials: int, widths: Sequence[int], rng: np.random.Generato
 
 
 def dead_layer_probability(widths: Sequence[int]) -> float:
-    """Probability that :func:`random_network` on a non-zero input has a fully dead hidden layer: ``1 - prod_l (1 - 2^-w_l)``.
+    """Probability that :func:`random_network` on a non-zero input has a fully dead hidden layer:
+    ``1 - prod_l (1 - 2^-w_l)``.
 
     Given its (non-zero) input, each unit of a hidden layer has a pre-activation
     ``w_i . a + b_i`` that is symmetric about zero, independently of the other units,
@@ -580,44 +691,75 @@ def dead_layer_probability(widths: Sequence[int]) -> float:
 
 
 def _linear_layers(model: nn.Module) -> list[tuple[int, nn.Linear]]:
-    """``(module index, layer)`` of each Linear in a ``[Flatten...] Linear (ReLU Linear)*`` Sequential.
+    """``(module index, layer)`` of each Linear in a ``[Flatten...] Linear (ReLU Linear)*``
+    Sequential.
 
     :func:`gradcore.analysis.dense.linear_layers` parses the network; the walk-back adds its own
     condition, a ReLU after every hidden Linear (Proposition 3.1 divides through ReLU layers).
     """
     layers, activation, first_activation = linear_layers(model)
     if not first_activation:
-        raise AttackRefused("the walk-back needs a ReLU after every hidden Linear; this network has none after its "
-                                 "first (exclusivity reduction)")
+        raise AttackRefused(
+            "the walk-back needs a ReLU after every hidden Linear; this network has none after its "
+            "first (exclusivity reduction)"
+        )
     if activation != "relu":
-        raise AttackRefused(f"the walk-back needs ReLU between the Linear layers; this network uses {activation}")
+        raise AttackRefused(
+            f"the walk-back needs ReLU between the Linear layers; this network uses {activation}"
+        )
     return layers
 
 
-def _torch_layer_gradients(model: nn.Module, gradient: Sequence[torch.Tensor], layers: list) -> list:
+def _torch_layer_gradients(
+    model: nn.Module, gradient: Sequence[torch.Tensor], layers: list
+) -> list:
     parameters = list(model.parameters())
     gradient = tuple(gradient)
     if len(gradient) == 0:
-        raise GradcoreValueError(f"the gradient is empty: expected one tensor per parameter ({len(parameters)} for this model)")
+        raise GradcoreValueError(
+            f"the gradient is empty: expected one tensor per parameter ({len(parameters)} for this "
+            "model)"
+        )
     if any(not parameter.requires_grad for parameter in parameters):
-        raise GradcoreValueError("every parameter must be trainable: the walk-back divides the gradient of each layer it passes")
+        raise GradcoreValueError(
+            "every parameter must be trainable: the walk-back divides the gradient of each layer "
+            "it passes"
+        )
     if len(gradient) != len(parameters):
-        raise GradcoreValueError(f"the gradient has {len(gradient)} tensors but the model has {len(parameters)} parameters")
+        raise GradcoreValueError(
+            f"the gradient has {len(gradient)} tensors but the model has {len(parameters)} "
+            "parameters"
+        )
     for index, (entry, parameter) in enumerate(zip(gradient, parameters)):
         if not isinstance(entry, torch.Tensor):
-            raise GradcoreValueError(f"gradient entry {index} is a {type(entry).__name__}, not a tensor")
+            raise GradcoreValueError(
+                f"gradient entry {index} is a {type(entry).__name__}, not a tensor"
+            )
         if entry.shape != parameter.shape:
-            raise GradcoreValueError(f"gradient entry {index} has shape {tuple(entry.shape)}, its parameter has {tuple(parameter.shape)}")
+            raise GradcoreValueError(
+                f"gradient entry {index} has shape {tuple(entry.shape)}, its parameter has "
+                f"{tuple(parameter.shape)}"
+            )
         if not torch.isfinite(entry).all():
             raise GradcoreValueError(f"gradient entry {index} has NaN or infinite values")
     position = {id(parameter): index for index, parameter in enumerate(parameters)}
-    return [(gradient[position[id(layer.weight)]], None if layer.bias is None else gradient[position[id(layer.bias)]])
-            for _, layer in layers]
+    return [
+        (
+            gradient[position[id(layer.weight)]],
+            None if layer.bias is None else gradient[position[id(layer.bias)]],
+        )
+        for _, layer in layers
+    ]
 
 
-def walk_back_torch(model: nn.Module, gradient: Sequence[torch.Tensor], shape: Sequence[int],
-                    start: int | None = None) -> WalkBackResult:
-    """:func:`walk_back` for a torch MLP: ``[Flatten] Linear (ReLU Linear)*``, as ``models.build("mlp", ..., activation="relu")``.
+def walk_back_torch(
+    model: nn.Module,
+    gradient: Sequence[torch.Tensor],
+    shape: Sequence[int],
+    start: int | None = None,
+) -> WalkBackResult:
+    """:func:`walk_back` for a torch MLP: ``[Flatten] Linear (ReLU Linear)*``, as
+    ``models.build("mlp", ..., activation="relu")``.
 
     Parameters
     ----------
@@ -650,16 +792,27 @@ def walk_back_torch(model: nn.Module, gradient: Sequence[torch.Tensor], shape: S
     layer_gradients = _torch_layer_gradients(model, gradient, layers)
     shape = tuple(int(size) for size in shape)
     if math.prod(shape) != layers[0][1].in_features:
-        raise GradcoreValueError(f"an input of shape {shape} has {math.prod(shape)} entries, but the first Linear layer "
-                                 f"takes {layers[0][1].in_features}")
-    start = _start_layer([number for number, (_, layer) in enumerate(layers) if layer.bias is not None], start)
+        raise GradcoreValueError(
+            f"an input of shape {shape} has {math.prod(shape)} entries, but the first Linear layer "
+            f"takes {layers[0][1].in_features}"
+        )
+    start = _start_layer(
+        [number for number, (_, layer) in enumerate(layers) if layer.bias is not None], start
+    )
     reference = layer_gradients[start][0]
     place = dict(device=reference.device, dtype=reference.dtype)
     weights = [layer.weight.detach().to(**place) for _, layer in layers]
-    biases = [None if layer.bias is None else layer.bias.detach().to(**place) for _, layer in layers]
-    layer_gradients = [(weight.to(reference.dtype), None if bias is None else bias.to(reference.dtype))
-                       for weight, bias in layer_gradients]
-    descriptions = [f"model[{index}], Linear {layer.in_features} -> {layer.out_features}" for index, layer in layers]
+    biases = [
+        None if layer.bias is None else layer.bias.detach().to(**place) for _, layer in layers
+    ]
+    layer_gradients = [
+        (weight.to(reference.dtype), None if bias is None else bias.to(reference.dtype))
+        for weight, bias in layer_gradients
+    ]
+    descriptions = [
+        f"model[{index}], Linear {layer.in_features} -> {layer.out_features}"
+        for index, layer in layers
+    ]
     with torch.no_grad():
         result = _walk(weights, biases, layer_gradients, start, descriptions, _TORCH)
     result.reconstruction = None if result.blocked else result.inputs[0].reshape(1, *shape)
@@ -667,7 +820,13 @@ def walk_back_torch(model: nn.Module, gradient: Sequence[torch.Tensor], shape: S
 
 
 def gradient_pairs_from_torch(model: nn.Module, gradient: Sequence[torch.Tensor]) -> LayerGradients:
-    """A torch ReLU MLP's gradient (``model.parameters()`` order) as float64 numpy ``(dL/dW_l, dL/db_l)`` pairs."""
+    """A torch ReLU MLP's gradient (``model.parameters()`` order) as float64 numpy ``(dL/dW_l,
+    dL/db_l)`` pairs."""
     layers = _linear_layers(model)
-    return [(weight.detach().double().cpu().numpy(), None if bias is None else bias.detach().double().cpu().numpy())
-            for weight, bias in _torch_layer_gradients(model, gradient, layers)]
+    return [
+        (
+            weight.detach().double().cpu().numpy(),
+            None if bias is None else bias.detach().double().cpu().numpy(),
+        )
+        for weight, bias in _torch_layer_gradients(model, gradient, layers)
+    ]

@@ -38,6 +38,30 @@ from .base import (
 from .matching import dlg, idlg
 from .shared import cosine_distance, euclidean_distance, infer_labels
 
-__all__ = ["ATTACKS", "INITIALISERS", "OPTIMISERS", "AttackResult", "Observation", "OptimiserSteps", "Steps", "analytic",
-           "attack", "cosine_distance", "dlg", "empty_history", "euclidean_distance", "exclusivity", "first_linear", "generative", "idlg", "infer_labels",
-           "inverting", "last_linear", "matching", "optimise", "recorder", "regularised", "shared"]
+__all__ = [
+    "ATTACKS",
+    "INITIALISERS",
+    "OPTIMISERS",
+    "AttackResult",
+    "Observation",
+    "OptimiserSteps",
+    "Steps",
+    "analytic",
+    "attack",
+    "cosine_distance",
+    "dlg",
+    "empty_history",
+    "euclidean_distance",
+    "exclusivity",
+    "first_linear",
+    "generative",
+    "idlg",
+    "infer_labels",
+    "inverting",
+    "last_linear",
+    "matching",
+    "optimise",
+    "recorder",
+    "regularised",
+    "shared",
+]

@@ -32,8 +32,10 @@ def closed_form(observation: Observation) -> AttackResult:
     largest ``|dL/db_i|`` is used, as the best conditioned.
     """
     if observation.batch_size != 1:
-        raise check.AttackRefused("the closed form recovers a single sample; a batch of "
-                                       f"{observation.batch_size} yields only a mixture of its inputs (use 'dlg')")
+        raise check.AttackRefused(
+            f"the closed form recovers a single sample; a batch of {observation.batch_size} yields "
+            "only a mixture of its inputs (use 'dlg')"
+        )
     layer = first_linear(observation.model)
     if layer.bias is None:
         raise check.AttackRefused("the closed form needs a bias in the first fully-connected layer")
@@ -41,28 +43,41 @@ def closed_form(observation: Observation) -> AttackResult:
     bias_gradient = observation.gradient[grads.parameter_index(observation.model, layer.bias)]
     row = int(torch.argmax(bias_gradient.abs()))
     if bias_gradient[row] == 0:
-        raise check.AttackRefused("blocked: every row of the first layer's bias gradient is zero, so no row can be divided out")
+        raise check.AttackRefused(
+            "blocked: every row of the first layer's bias gradient is zero, so no row can be "
+            "divided out"
+        )
     reconstruction = (weight_gradient[row] / bias_gradient[row]).reshape(1, *observation.shape)
     return AttackResult.one_shot(observation, reconstruction, observation.labels)
 
 
 @ATTACKS.register("minimal_mlp")
 def minimal_mlp(observation: Observation, tolerance: float = 1e-8) -> AttackResult:
-    """The Sec. 2.2 closed form of Qian et al. as an attack: one instance from the first Linear layer,
+    """The Sec. 2.2 closed form of Qian et al. as an attack: one instance from the first Linear
+    layer,
     least squares over the usable rows."""
     if observation.batch_size != 1:
-        raise check.AttackRefused(f"the closed form recovers one instance; a batch of {observation.batch_size} "
-                                       "needs 'regularised_matching'")
-    weight_gradient, bias_gradient = minimal.first_layer_gradients(observation.model, observation.gradient)
+        raise check.AttackRefused(
+            f"the closed form recovers one instance; a batch of {observation.batch_size} needs "
+            "'regularised_matching'"
+        )
+    weight_gradient, bias_gradient = minimal.first_layer_gradients(
+        observation.model, observation.gradient
+    )
     recovered = minimal.first_layer_inversion(weight_gradient, bias_gradient, tolerance).input
     reference = observation.gradient[0]
-    reconstruction = torch.as_tensor(recovered, dtype=reference.dtype, device=reference.device).reshape(1, *observation.shape)
+    reconstruction = torch.as_tensor(
+        recovered, dtype=reference.dtype, device=reference.device
+    ).reshape(1, *observation.shape)
     return AttackResult.one_shot(observation, reconstruction, observation.labels)
 
 
 @ATTACKS.register("two_step")
-def two_step(observation: Observation, method: str = "auto", iterations: int = 2000) -> AttackResult:
-    """Qian et al., Sec. 2.3 as an attack: demix the dense layer's gradient, then deconvolve (one instance).
+def two_step(
+    observation: Observation, method: str = "auto", iterations: int = 2000
+) -> AttackResult:
+    """Qian et al., Sec. 2.3 as an attack: demix the dense layer's gradient, then deconvolve (one
+    instance).
 
     The model is ``Conv2d, activation, Flatten, Linear, ...`` (see
     :func:`gradcore.models.conv_mlp`); any other model is refused with a
@@ -70,8 +85,12 @@ def two_step(observation: Observation, method: str = "auto", iterations: int = 2
     :func:`gradcore.analysis.minimal.deconvolve`. The labels are not recovered.
     """
     if observation.batch_size != 1:
-        raise check.AttackRefused(f"the two-step attack recovers one instance, not a batch of {observation.batch_size}")
-    result = minimal.two_step(observation.model, observation.gradient, observation.shape, method, iterations)
+        raise check.AttackRefused(
+            f"the two-step attack recovers one instance, not a batch of {observation.batch_size}"
+        )
+    result = minimal.two_step(
+        observation.model, observation.gradient, observation.shape, method, iterations
+    )
     reference = observation.gradient[0]
     reconstruction = torch.as_tensor(result.input, dtype=reference.dtype, device=reference.device)
     return AttackResult.one_shot(observation, reconstruction.reshape(1, *observation.shape))
@@ -81,17 +100,25 @@ def two_step(observation: Observation, method: str = "auto", iterations: int = 2
 def walk_back(observation: Observation) -> AttackResult:
     """Prop. 3.1 of Inverting Gradients as an attack: exact for one sample through a ReLU MLP.
 
-    Raises :class:`gradcore.errors.AttackRefused` for a batch or a model outside ``[Flatten] Linear (ReLU Linear)*``
-    (the attack does not apply). A defended gradient can block the walk (no live row to
-    divide by); the attacker then has nothing and guesses uniform gray (``diverged`` is
+    Raises :class:`gradcore.errors.AttackRefused` for a batch or a model outside ``[Flatten] Linear
+    (ReLU Linear)*`` (the attack does not apply). A defended gradient can block the walk (no live
+    row to divide by); the attacker then has nothing and guesses uniform gray (``diverged`` is
     set). Pixels are clipped to [0, 1], the range the attacker knows.
     """
     if observation.batch_size != 1:
-        raise check.AttackRefused("the walk-back applies to one sample; a batch gives a mixture of its inputs")
+        raise check.AttackRefused(
+            "the walk-back applies to one sample; a batch gives a mixture of its inputs"
+        )
     result = walk_back_torch(observation.model, observation.gradient, observation.shape)
     if result.recovered:
         reconstruction = result.reconstruction.clamp(0, 1)
     else:
-        reconstruction = torch.full((1, *observation.shape), 0.5, dtype=observation.gradient[0].dtype,
-                                    device=observation.gradient[0].device)
-    return AttackResult.one_shot(observation, reconstruction, observation.labels, diverged=not result.recovered)
+        reconstruction = torch.full(
+            (1, *observation.shape),
+            0.5,
+            dtype=observation.gradient[0].dtype,
+            device=observation.gradient[0].device,
+        )
+    return AttackResult.one_shot(
+        observation, reconstruction, observation.labels, diverged=not result.recovered
+    )

@@ -77,8 +77,14 @@ class AttackResult:
         return self.history[key][-1]
 
     @classmethod
-    def one_shot(cls, observation: "Observation", reconstruction: torch.Tensor, labels: torch.Tensor | None = None,
-                 objective: float = 0.0, **fields) -> "AttackResult":
+    def one_shot(
+        cls,
+        observation: "Observation",
+        reconstruction: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        objective: float = 0.0,
+        **fields,
+    ) -> "AttackResult":
         """The result of an attack that computes its answer once (a closed form, no iterations).
 
         The history holds one record, at iteration 0, of ``objective`` (what the attack
@@ -138,14 +144,27 @@ class Observation:
         if self.truth is not None:
             check.tensor("truth", self.truth, floating=True)
             if tuple(self.truth.shape) != (self.batch_size, *self.shape):
-                raise check.GradcoreValueError(f"truth has shape {tuple(self.truth.shape)}, expected {(self.batch_size, *self.shape)} "
-                                               "(batch_size samples of the given shape)")
+                raise check.GradcoreValueError(
+                    f"truth has shape {tuple(self.truth.shape)}, expected "
+                    f"{(self.batch_size, *self.shape)} (batch_size samples of the given shape)"
+                )
             check.finite("truth", self.truth)
 
 
-def attack(name: str, model: nn.Module, gradient: Sequence[torch.Tensor], *, shape: Sequence[int], batch_size: int = 1,
-           labels: torch.Tensor | None = None, loss: str | Callable = "cross_entropy", truth: torch.Tensor | None = None,
-           seed: int = 0, progress: bool = True, **config) -> AttackResult:
+def attack(
+    name: str,
+    model: nn.Module,
+    gradient: Sequence[torch.Tensor],
+    *,
+    shape: Sequence[int],
+    batch_size: int = 1,
+    labels: torch.Tensor | None = None,
+    loss: str | Callable = "cross_entropy",
+    truth: torch.Tensor | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    **config,
+) -> AttackResult:
     """Run the attack registered as ``name`` on a shared gradient.
 
     Parameters
@@ -182,7 +201,9 @@ def attack(name: str, model: nn.Module, gradient: Sequence[torch.Tensor], *, sha
     """
     attack_function = ATTACKS[name]
     check.options(f"attack {name!r}", attack_function, config, skip=("observation",))
-    observation = Observation(model, gradient, shape, batch_size, labels, loss, truth, seed, progress)
+    observation = Observation(
+        model, gradient, shape, batch_size, labels, loss, truth, seed, progress
+    )
     start = time.perf_counter()
     result = attack_function(observation, **config)
     result.seconds = time.perf_counter() - start
@@ -196,6 +217,7 @@ def recorder(observation: Observation, history: dict) -> Callable[[int, float, t
     With the observation's truth, also the MSE and PSNR of the reconstruction after
     aligning its batch order to the truth (:func:`gradcore.metrics.align`).
     """
+
     def record(iteration: int, objective: float, reconstruction: torch.Tensor) -> None:
         history["iteration"].append(iteration)
         history["objective"].append(objective)
@@ -208,7 +230,8 @@ def recorder(observation: Observation, history: dict) -> Callable[[int, float, t
 
 
 def empty_history(observation: Observation) -> dict:
-    """The history an attack fills: ``iteration`` and ``objective``, plus ``mse`` and ``psnr`` given the truth."""
+    """The history an attack fills: ``iteration`` and ``objective``, plus ``mse`` and ``psnr`` given
+    the truth."""
     keys = ["iteration", "objective"] + (["mse", "psnr"] if observation.truth is not None else [])
     return {key: [] for key in keys}
 
@@ -223,24 +246,32 @@ INITIALISERS.add("rand", lambda shape, generator: torch.rand(shape, generator=ge
 INITIALISERS.add("gray", lambda shape, generator: torch.full(shape, 0.5))
 
 OPTIMISERS: Registry = Registry("optimiser")
-OPTIMISERS.add("lbfgs", lambda params, lr, max_iter=20, line_search=None: torch.optim.LBFGS(
-    params, lr=lr, max_iter=max_iter, history_size=100, line_search_fn=line_search))
+OPTIMISERS.add(
+    "lbfgs",
+    lambda params, lr, max_iter=20, line_search=None: torch.optim.LBFGS(
+        params, lr=lr, max_iter=max_iter, history_size=100, line_search_fn=line_search
+    ),
+)
 OPTIMISERS.add("gd", lambda params, lr, **_: torch.optim.SGD(params, lr=lr))
 OPTIMISERS.add("adam", lambda params, lr, **_: torch.optim.Adam(params, lr=lr))
 
 
 def first_linear(model: nn.Module) -> nn.Linear:
-    """The model's first weighted layer, which must be fully connected (the closed forms read it)."""
+    """The model's first weighted layer, which must be fully connected (the closed forms read
+    it)."""
     for module in model.modules():
         if isinstance(module, nn.Linear):
             return module
         if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
             break
-    raise check.AttackRefused("the closed form needs a model whose first weighted layer is fully connected")
+    raise check.AttackRefused(
+        "the closed form needs a model whose first weighted layer is fully connected"
+    )
 
 
 def last_linear(model: nn.Module, purpose: str = "label inference") -> nn.Linear:
-    """The model's fully-connected output layer (label inference and soft labels read it); an attack refuses
+    """The model's fully-connected output layer (label inference and soft labels read it); an attack
+    refuses
     a model without one, saying for what (``purpose``) it needed it."""
     layer = models.output_layer(model)
     if layer is None:
@@ -284,9 +315,20 @@ class OptimiserSteps(Steps):
     update, so the recorded iterate is evaluated itself).
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, closure: Callable[[], torch.Tensor], dummy: torch.Tensor,
-                 objective_at: Callable[[torch.Tensor], float], view: Callable[[torch.Tensor], torch.Tensor] | None = None):
-        self.optimizer, self.closure, self.dummy, self.objective_at = optimizer, closure, dummy, objective_at
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        closure: Callable[[], torch.Tensor],
+        dummy: torch.Tensor,
+        objective_at: Callable[[torch.Tensor], float],
+        view: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ):
+        self.optimizer, self.closure, self.dummy, self.objective_at = (
+            optimizer,
+            closure,
+            dummy,
+            objective_at,
+        )
         self.view = view
         self.variables = [p for group in optimizer.param_groups for p in group["params"]]
         self.can_stall = type(optimizer) is torch.optim.LBFGS  # a subclass may step differently
@@ -305,9 +347,16 @@ class OptimiserSteps(Steps):
         return self.objective_at(current)
 
 
-def optimise(observation: Observation, steps: Steps, iterations: int, description: str | None = None,
-             snapshots: Sequence[int] = (), record_every: int = 1) -> AttackResult:
-    """The loop every iterative attack shares: step, stop on divergence or a stall, record, keep snapshots.
+def optimise(
+    observation: Observation,
+    steps: Steps,
+    iterations: int,
+    description: str | None = None,
+    snapshots: Sequence[int] = (),
+    record_every: int = 1,
+) -> AttackResult:
+    """The loop every iterative attack shares: step, stop on divergence or a stall, record, keep
+    snapshots.
 
     Records iteration 0 (the initialisation), then every ``record_every`` iterations and
     the last. On a non-finite objective or reconstruction the loop stops and the last
@@ -330,10 +379,16 @@ def optimise(observation: Observation, steps: Steps, iterations: int, descriptio
     if 0 in wanted:
         kept.append((0, last_good.clone()))
     unmoved = 0
-    # A bar updated by hand, not iterated: tqdm's iterator keeps its count locally, so a bar left by a
-    # break (a converged run) would show a stale count (it ended at 87% on a finished run).
-    progress = tqdm(total=iterations, desc=description, disable=description is None or not observation.progress,
-                    file=sys.stderr, mininterval=2.0, ncols=80)
+    # A bar updated by hand, not iterated: tqdm's iterator keeps its count locally, so a bar left by
+    # a break (a converged run) would show a stale count (it ended at 87% on a finished run).
+    progress = tqdm(
+        total=iterations,
+        desc=description,
+        disable=description is None or not observation.progress,
+        file=sys.stderr,
+        mininterval=2.0,
+        ncols=80,
+    )
     for iteration in range(1, iterations + 1):
         before = [v.detach().clone() for v in steps.variables] if steps.can_stall else []
         objective = steps.step()
@@ -341,17 +396,24 @@ def optimise(observation: Observation, steps: Steps, iterations: int, descriptio
         if not torch.isfinite(objective).all() or not torch.isfinite(candidate).all():
             diverged = True
             # The bar stops short of 100%: say why, so a reader does not take it for a cut-off run.
-            # (Where it stopped is in the bar's count, which the output check reads loosely: it moves with the CPU.)
+            # (Where it stopped is in the bar's count, which the output check reads loosely: it
+            # moves with the CPU.)
             progress.set_postfix_str("diverged, last finite iterate kept", refresh=False)
             break
         progress.update(1)
-        unmoved = unmoved + 1 if before and all(torch.equal(b, v) for b, v in zip(before, steps.variables)) else 0
+        unmoved = (
+            unmoved + 1
+            if before and all(torch.equal(b, v) for b, v in zip(before, steps.variables))
+            else 0
+        )
         last_good = candidate
         stalled = unmoved >= 2
         value = None
         for step in range(iteration, (iterations if stalled else iteration) + 1):
             if step % record_every == 0 or step == iterations:
-                value = steps.objective(last_good) if value is None else value  # the same iterate every time
+                value = (
+                    steps.objective(last_good) if value is None else value
+                )  # the same iterate every time
                 record(step, value, last_good)
             if step in wanted:
                 kept.append((step, last_good.clone()))

@@ -33,16 +33,25 @@ from .shared import cosine_distance, infer_labels
 
 
 def total_variation(images: torch.Tensor) -> torch.Tensor:
-    """Anisotropic total variation: mean absolute difference of neighbouring pixels, both directions."""
+    """Anisotropic total variation: mean absolute difference of neighbouring pixels, both
+    directions."""
     horizontal = (images[..., :, 1:] - images[..., :, :-1]).abs().mean()
     vertical = (images[..., 1:, :] - images[..., :-1, :]).abs().mean()
     return horizontal + vertical
 
 
-def batched_objective(model: nn.Module, target: Sequence[torch.Tensor], labels: torch.Tensor, loss: str | Callable,
-                      tv_weight: float, restarts: int = 2, local: dict | None = None,
-                      transform: Callable | None = None) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-    """``X -> (d objective / dX, objective)`` for a stack of restarts ``X`` of shape ``(R, B, *shape)``.
+def batched_objective(
+    model: nn.Module,
+    target: Sequence[torch.Tensor],
+    labels: torch.Tensor,
+    loss: str | Callable,
+    tv_weight: float,
+    restarts: int = 2,
+    local: dict | None = None,
+    transform: Callable | None = None,
+) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """``X -> (d objective / dX, objective)`` for a stack of restarts ``X`` of shape ``(R, B,
+    *shape)``.
 
     One restart takes plain autograd (a double backward); several are vectorised with
     ``vmap``, one double backward over the whole stack. ``transform`` (one restart only)
@@ -54,7 +63,9 @@ def batched_objective(model: nn.Module, target: Sequence[torch.Tensor], labels: 
     if restarts == 1:
         return _single_objective(network, target, labels, loss, tv_weight, local, transform)
     if transform is not None:
-        raise check.GradcoreValueError("a gradient transform draws its own randomness per call; use it with restarts=1")
+        raise check.GradcoreValueError(
+            "a gradient transform draws its own randomness per call; use it with restarts=1"
+        )
     names = [name for name, p in network.named_parameters() if p.requires_grad]
     parameters = {name: p.detach() for name, p in network.named_parameters() if p.requires_grad}
     buffers = {name: b.detach() for name, b in network.named_buffers()}
@@ -65,24 +76,49 @@ def batched_objective(model: nn.Module, target: Sequence[torch.Tensor], labels: 
         def training_loss(params):
             return loss_function(functional_call(network, (params, buffers), (images,)), labels)
 
-        candidate = grad(training_loss)(parameters) if local is None else _update(network, parameters, images, labels, loss, local)
+        candidate = (
+            grad(training_loss)(parameters)
+            if local is None
+            else _update(network, parameters, images, labels, loss, local)
+        )
         distance = cosine_distance([candidate[name] for name in names], target)
         return distance + tv_weight * total_variation(images)
 
     return vmap(grad_and_value(objective))
 
 
-def _update(network: nn.Module, parameters: dict, images: torch.Tensor, labels: torch.Tensor, loss: str | Callable,
-            local: dict) -> dict:
-    """The FedAvg update the dummies would produce: local SGD unrolled differentiably (Geiping et al., Sec. 5)."""
-    after = grads.unrolled_update(network, parameters, images, labels, loss, local["lr"], local.get("epochs", 1),
-                                  local.get("batch_size"))
+def _update(
+    network: nn.Module,
+    parameters: dict,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    loss: str | Callable,
+    local: dict,
+) -> dict:
+    """The FedAvg update the dummies would produce: local SGD unrolled differentiably (Geiping et
+    al., Sec. 5)."""
+    after = grads.unrolled_update(
+        network,
+        parameters,
+        images,
+        labels,
+        loss,
+        local["lr"],
+        local.get("epochs", 1),
+        local.get("batch_size"),
+    )
     return {name: parameters[name] - after[name] for name in parameters}
 
 
-def _single_objective(network: nn.Module, target: Sequence[torch.Tensor], labels: torch.Tensor, loss: str | Callable,
-                      tv_weight: float, local: dict | None = None,
-                      transform: Callable | None = None) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+def _single_objective(
+    network: nn.Module,
+    target: Sequence[torch.Tensor],
+    labels: torch.Tensor,
+    loss: str | Callable,
+    tv_weight: float,
+    local: dict | None = None,
+    transform: Callable | None = None,
+) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
     parameters = {name: p.detach() for name, p in network.named_parameters() if p.requires_grad}
     transform = transform or (lambda gradient: gradient)
 
@@ -92,7 +128,9 @@ def _single_objective(network: nn.Module, target: Sequence[torch.Tensor], labels
             candidate = grads.batch_gradient(network, images, labels, loss, create_graph=True)
         else:
             candidate = list(_update(network, parameters, images, labels, loss, local).values())
-        objective = cosine_distance(transform(candidate), target) + tv_weight * total_variation(images)
+        objective = cosine_distance(transform(candidate), target) + tv_weight * total_variation(
+            images
+        )
         (direction,) = torch.autograd.grad(objective, images)
         return direction.unsqueeze(0), objective.detach().reshape(1)
 
@@ -103,7 +141,8 @@ SCHEDULES = ("step", "cosine", "linear")
 
 
 def _scheduler(optimizer: torch.optim.Optimizer, decay: bool | str, iterations: int):
-    """The step-size schedule: ``True``/``"step"`` is the paper's tenfold decay at 3/8, 5/8 and 7/8."""
+    """The step-size schedule: ``True``/``"step"`` is the paper's tenfold decay at 3/8, 5/8 and
+    7/8."""
     if decay is True:
         decay = "step"
     if decay is False or decay is None:
@@ -112,10 +151,17 @@ def _scheduler(optimizer: torch.optim.Optimizer, decay: bool | str, iterations: 
         milestones = [int(iterations * fraction) for fraction in (3 / 8, 5 / 8, 7 / 8)]
         return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=0.1)
     if decay == "cosine":
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, iterations) / max(iterations, 1))))
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer,
+            lambda step: 0.5 * (1 + math.cos(math.pi * min(step, iterations) / max(iterations, 1))),
+        )
     if decay == "linear":
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / max(iterations, 1)))
-    raise check.GradcoreValueError(f"unknown decay {decay!r}; use True, False or one of {', '.join(SCHEDULES)}")
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: max(0.0, 1 - step / max(iterations, 1))
+        )
+    raise check.GradcoreValueError(
+        f"unknown decay {decay!r}; use True, False or one of {', '.join(SCHEDULES)}"
+    )
 
 
 class _SignedAdamSteps(Steps):
@@ -125,8 +171,14 @@ class _SignedAdamSteps(Steps):
     the history reads the former, the next step uses the latter.
     """
 
-    def __init__(self, images: torch.Tensor, optimizer: torch.optim.Optimizer, scheduler, step_direction: Callable,
-                 signed: bool):
+    def __init__(
+        self,
+        images: torch.Tensor,
+        optimizer: torch.optim.Optimizer,
+        scheduler,
+        step_direction: Callable,
+        signed: bool,
+    ):
         self.images, self.optimizer, self.scheduler = images, optimizer, scheduler
         self.step_direction, self.signed = step_direction, signed
         self.direction, self.values = step_direction(images.detach())
@@ -148,10 +200,20 @@ class _SignedAdamSteps(Steps):
 
 
 @ATTACKS.register("inverting_gradients")
-def inverting_gradients(observation: Observation, iterations: int = 4800, lr: float = 0.1, tv_weight: float = 1e-4,
-                        restarts: int = 1, init: str = "rand", signed: bool = True, decay: bool | str = True,
-                        local: dict | None = None, transform: Callable | None = None, snapshots: Sequence[int] = (),
-                        record_every: int = 10) -> AttackResult:
+def inverting_gradients(
+    observation: Observation,
+    iterations: int = 4800,
+    lr: float = 0.1,
+    tv_weight: float = 1e-4,
+    restarts: int = 1,
+    init: str = "rand",
+    signed: bool = True,
+    decay: bool | str = True,
+    local: dict | None = None,
+    transform: Callable | None = None,
+    snapshots: Sequence[int] = (),
+    record_every: int = 10,
+) -> AttackResult:
     """Cosine gradient matching with a TV prior and signed Adam (Geiping et al., 2020, Sec. 4).
 
     Parameters
@@ -189,7 +251,9 @@ def inverting_gradients(observation: Observation, iterations: int = 4800, lr: fl
     labels = observation.labels
     if labels is None:
         if observation.loss != "cross_entropy":
-            raise check.AttackRefused("the targets of a regression loss cannot be inferred; pass them as labels")
+            raise check.AttackRefused(
+                "the targets of a regression loss cannot be inferred; pass them as labels"
+            )
         labels = infer_labels(observation.model, observation.gradient, observation.batch_size)
     dtype, device = observation.gradient[0].dtype, observation.gradient[0].device
     generator = torch.Generator().manual_seed(observation.seed)
@@ -199,17 +263,35 @@ def inverting_gradients(observation: Observation, iterations: int = 4800, lr: fl
     scheduler = _scheduler(optimizer, decay, iterations)
     if transform is not None:
         transform = functools.partial(transform, generator=generator)
-    step_direction = batched_objective(observation.model, observation.gradient, labels, observation.loss, tv_weight, restarts, local,
-                                       transform)
+    step_direction = batched_objective(
+        observation.model,
+        observation.gradient,
+        labels,
+        observation.loss,
+        tv_weight,
+        restarts,
+        local,
+        transform,
+    )
 
-    result = optimise(observation, _SignedAdamSteps(images, optimizer, scheduler, step_direction, signed), iterations,
-                      "inverting gradients", snapshots, record_every)
+    result = optimise(
+        observation,
+        _SignedAdamSteps(images, optimizer, scheduler, step_direction, signed),
+        iterations,
+        "inverting gradients",
+        snapshots,
+        record_every,
+    )
     result.labels = labels
     return result
 
 
-def imitate_censor(gradient: Sequence[torch.Tensor], generator: torch.Generator, samples: int,
-                   projection: str = "exact") -> list[torch.Tensor]:
+def imitate_censor(
+    gradient: Sequence[torch.Tensor],
+    generator: torch.Generator,
+    samples: int,
+    projection: str = "exact",
+) -> list[torch.Tensor]:
     """The average of ``samples`` CENSOR candidates of ``gradient``, differentiable in it.
 
     Each candidate is a normal draw projected onto the orthogonal complement of each layer
@@ -219,13 +301,17 @@ def imitate_censor(gradient: Sequence[torch.Tensor], generator: torch.Generator,
     """
     total = None
     for _ in range(samples):
-        draws = [torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device) for g in gradient]
+        draws = [
+            torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device) for g in gradient
+        ]
         candidate = censor_candidate(tuple(gradient), draws, projection)
         total = list(candidate) if total is None else [t + c for t, c in zip(total, candidate)]
     return [t / samples for t in total]
 
 
-def imitate_noise(gradient: Sequence[torch.Tensor], generator: torch.Generator, samples: int, sigma: float) -> list[torch.Tensor]:
+def imitate_noise(
+    gradient: Sequence[torch.Tensor], generator: torch.Generator, samples: int, sigma: float
+) -> list[torch.Tensor]:
     """The average of ``samples`` draws of ``gradient + N(0, sigma^2)``: EOT over Gaussian noise.
 
     Its expectation is the gradient itself, so averaging recovers the signal: the control
@@ -233,8 +319,10 @@ def imitate_noise(gradient: Sequence[torch.Tensor], generator: torch.Generator, 
     """
     total = [torch.zeros_like(g) for g in gradient]
     for _ in range(samples):
-        total = [t + g + sigma * torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device)
-                 for t, g in zip(total, gradient)]
+        total = [
+            t + g + sigma * torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device)
+            for t, g in zip(total, gradient)
+        ]
     return [t / samples for t in total]
 
 
@@ -243,9 +331,18 @@ IMITATIONS = ("censor", "noise", "none")
 
 
 @ATTACKS.register("censor_eot")
-def censor_eot(observation: Observation, iterations: int = 300, lr: float = 0.1, tv_weight: float = 1e-4, samples: int = 4,
-               projection: str = "exact", init: str = "rand", record_every: int = 10, imitate: str = "censor",
-               sigma: float = 0.01) -> AttackResult:
+def censor_eot(
+    observation: Observation,
+    iterations: int = 300,
+    lr: float = 0.1,
+    tv_weight: float = 1e-4,
+    samples: int = 4,
+    projection: str = "exact",
+    init: str = "rand",
+    record_every: int = 10,
+    imitate: str = "censor",
+    sigma: float = 0.01,
+) -> AttackResult:
     """Cosine + TV matching of the shared gradient against a defense's expected transformation.
 
     Each step draws ``samples`` fresh transformations of the dummy's gradient, averages
@@ -259,7 +356,9 @@ def censor_eot(observation: Observation, iterations: int = 300, lr: float = 0.1,
     imitated transformation keeps the gradient in expectation.
     """
     if imitate not in IMITATIONS:
-        raise check.GradcoreValueError(f"the EOT attacker imitates one of {', '.join(IMITATIONS)}, got {imitate!r}")
+        raise check.GradcoreValueError(
+            f"the EOT attacker imitates one of {', '.join(IMITATIONS)}, got {imitate!r}"
+        )
     if samples < 1:
         raise check.GradcoreValueError(f"EOT needs at least one sample, got {samples}")
 
@@ -270,5 +369,12 @@ def censor_eot(observation: Observation, iterations: int = 300, lr: float = 0.1,
         return imitate_noise(gradient, generator, samples, sigma)
 
     transform = {"censor": expected_censor, "noise": expected_noise, "none": None}[imitate]
-    return inverting_gradients(observation, iterations=iterations, lr=lr, tv_weight=tv_weight, init=init,
-                               transform=transform, record_every=record_every)
+    return inverting_gradients(
+        observation,
+        iterations=iterations,
+        lr=lr,
+        tv_weight=tv_weight,
+        init=init,
+        transform=transform,
+        record_every=record_every,
+    )

@@ -29,9 +29,19 @@ from .shared import euclidean_distance, infer_labels
 
 
 @ATTACKS.register("dlg")
-def dlg(observation: Observation, optimiser: str = "lbfgs", iterations: int = 300, lr: float = 1.0, init: str = "randn",
-        max_iter: int = 20, line_search: str | None = None, snapshots: Sequence[int] = (), record_every: int = 1,
-        restarts: int = 1, restart_above: float = 0.0) -> AttackResult:
+def dlg(
+    observation: Observation,
+    optimiser: str = "lbfgs",
+    iterations: int = 300,
+    lr: float = 1.0,
+    init: str = "randn",
+    max_iter: int = 20,
+    line_search: str | None = None,
+    snapshots: Sequence[int] = (),
+    record_every: int = 1,
+    restarts: int = 1,
+    restart_above: float = 0.0,
+) -> AttackResult:
     """Deep Leakage from Gradients: match the shared gradient with dummy inputs.
 
     Minimises :func:`euclidean_distance` over a batch of dummy inputs (and, without
@@ -67,29 +77,59 @@ def dlg(observation: Observation, optimiser: str = "lbfgs", iterations: int = 30
     generator = torch.Generator().manual_seed(observation.seed)
     best = None
     for _ in range(restarts):
-        result = _dlg_run(observation, generator, optimiser, iterations, lr, init, max_iter, line_search, snapshots,
-                          record_every)
-        if best is None or (best.diverged, best.final("objective")) > (result.diverged, result.final("objective")):
+        result = _dlg_run(
+            observation,
+            generator,
+            optimiser,
+            iterations,
+            lr,
+            init,
+            max_iter,
+            line_search,
+            snapshots,
+            record_every,
+        )
+        if best is None or (best.diverged, best.final("objective")) > (
+            result.diverged,
+            result.final("objective"),
+        ):
             best = result
         if not best.diverged and best.final("objective") <= restart_above:
             break
     return best
 
 
-def _dlg_run(observation: Observation, generator: torch.Generator, optimiser: str, iterations: int, lr: float, init: str,
-             max_iter: int, line_search: str | None, snapshots: Sequence[int], record_every: int) -> AttackResult:
+def _dlg_run(
+    observation: Observation,
+    generator: torch.Generator,
+    optimiser: str,
+    iterations: int,
+    lr: float,
+    init: str,
+    max_iter: int,
+    line_search: str | None,
+    snapshots: Sequence[int],
+    record_every: int,
+) -> AttackResult:
     """One start of :func:`dlg`, drawing its dummies (and dummy labels) from ``generator``."""
     batch = (observation.batch_size, *observation.shape)
-    # Dummies live in the model's precision and on its device; drawn on the CPU so seeds repeat everywhere.
+    # Dummies live in the model's precision and on its device; drawn on the CPU so seeds repeat
+    # everywhere.
     dtype, device = observation.gradient[0].dtype, observation.gradient[0].device
     dummy = INITIALISERS[init](batch, generator).to(device, dtype).requires_grad_(True)
     variables = [dummy]
     learn_labels = observation.labels is None
     if learn_labels:
         if observation.loss != "cross_entropy":
-            raise check.AttackRefused("labels can only be learned for a cross-entropy loss; pass the regression targets")
+            raise check.AttackRefused(
+                "labels can only be learned for a cross-entropy loss; pass the regression targets"
+            )
         num_classes = last_linear(observation.model).out_features
-        label_logits = torch.randn((observation.batch_size, num_classes), generator=generator).to(device, dtype).requires_grad_(True)
+        label_logits = (
+            torch.randn((observation.batch_size, num_classes), generator=generator)
+            .to(device, dtype)
+            .requires_grad_(True)
+        )
         variables.append(label_logits)
     model, target, loss = observation.model, observation.gradient, observation.loss
     options = {"max_iter": max_iter, "line_search": line_search} if optimiser == "lbfgs" else {}
@@ -106,10 +146,18 @@ def _dlg_run(observation: Observation, generator: torch.Generator, optimiser: st
         return distance
 
     def objective_at(inputs: torch.Tensor) -> float:
-        return euclidean_distance(grads.batch_gradient(model, inputs, current_labels().detach(), loss), target).item()
+        return euclidean_distance(
+            grads.batch_gradient(model, inputs, current_labels().detach(), loss), target
+        ).item()
 
-    result = optimise(observation, OptimiserSteps(optimizer, closure, dummy, objective_at), iterations, f"dlg ({optimiser})",
-                      snapshots, record_every)
+    result = optimise(
+        observation,
+        OptimiserSteps(optimizer, closure, dummy, objective_at),
+        iterations,
+        f"dlg ({optimiser})",
+        snapshots,
+        record_every,
+    )
     labels = current_labels().detach()
     result.labels = labels.argmax(dim=-1) if learn_labels else labels
     return result
@@ -117,8 +165,11 @@ def _dlg_run(observation: Observation, generator: torch.Generator, optimiser: st
 
 @ATTACKS.register("idlg")
 def idlg(observation: Observation, **config) -> AttackResult:
-    """iDLG: infer the labels from the output layer (Zhao et al., 2020), then run DLG with them fixed."""
+    """iDLG: infer the labels from the output layer (Zhao et al., 2020), then run DLG with them
+    fixed."""
     if observation.labels is None:  # a copy: the caller's observation keeps its unknown labels
-        observation = dataclasses.replace(observation, labels=infer_labels(observation.model, observation.gradient,
-                                                                           observation.batch_size))
+        observation = dataclasses.replace(
+            observation,
+            labels=infer_labels(observation.model, observation.gradient, observation.batch_size),
+        )
     return dlg(observation, **config)

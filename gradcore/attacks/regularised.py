@@ -36,15 +36,30 @@ REGULARISERS.add("none", lambda batch: batch.new_zeros(()))
 REGULARISERS.add("orthogonality", _orthogonality)  # sum over k != k' of (x_k . x_k')^2
 # The same on centred images (each minus its own mean pixel): images with non-negative pixels
 # cannot be orthogonal, their centred versions can (then the penalty asks them to be uncorrelated).
-REGULARISERS.add("orthogonality_centred", lambda batch: _orthogonality(batch.flatten(1) - batch.flatten(1).mean(1, keepdim=True)))
+REGULARISERS.add(
+    "orthogonality_centred",
+    lambda batch: _orthogonality(batch.flatten(1) - batch.flatten(1).mean(1, keepdim=True)),
+)
 REGULARISERS.add("l2", lambda batch: batch.pow(2).sum())  # sum over k of x_k . x_k
 
 
 @ATTACKS.register("regularised_matching")
-def regularised_matching(observation: Observation, regulariser: str = "none", weight: float = 1e-3, optimiser: str = "adam",
-                         iterations: int = 300, lr: float = 0.1, init: str = "randn", init_scale: float = 1.0, max_iter: int = 20,
-                         line_search: str | None = "strong_wolfe", record_every: int = 10, snapshots: Sequence[int] = ()) -> AttackResult:
-    """Batch reconstruction as optimisation: ``L(x_hat) + lambda R(x_hat)`` (Qian et al., Sec. 2.1 and Algorithm 3).
+def regularised_matching(
+    observation: Observation,
+    regulariser: str = "none",
+    weight: float = 1e-3,
+    optimiser: str = "adam",
+    iterations: int = 300,
+    lr: float = 0.1,
+    init: str = "randn",
+    init_scale: float = 1.0,
+    max_iter: int = 20,
+    line_search: str | None = "strong_wolfe",
+    record_every: int = 10,
+    snapshots: Sequence[int] = (),
+) -> AttackResult:
+    """Batch reconstruction as optimisation: ``L(x_hat) + lambda R(x_hat)`` (Qian et al., Sec. 2.1
+    and Algorithm 3).
 
     ``L`` is the Euclidean gradient distance of DLG, ``R`` one of :data:`REGULARISERS`.
     Labels are the given ones, else read off the output layer (iDLG).
@@ -82,7 +97,11 @@ def regularised_matching(observation: Observation, regulariser: str = "none", we
         value.backward()
         return value
 
-    steps = OptimiserSteps(optimizer, closure, dummy, lambda inputs: objective(inputs, False).item())
-    result = optimise(observation, steps, iterations, f"{regulariser} ({optimiser})", snapshots, record_every)
+    steps = OptimiserSteps(
+        optimizer, closure, dummy, lambda inputs: objective(inputs, False).item()
+    )
+    result = optimise(
+        observation, steps, iterations, f"{regulariser} ({optimiser})", snapshots, record_every
+    )
     result.labels = labels
     return result

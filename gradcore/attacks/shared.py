@@ -17,7 +17,9 @@ from .. import validation as check
 from .base import last_linear
 
 
-def infer_labels(model: nn.Module, gradient: Sequence[torch.Tensor], batch_size: int = 1) -> torch.Tensor:
+def infer_labels(
+    model: nn.Module, gradient: Sequence[torch.Tensor], batch_size: int = 1
+) -> torch.Tensor:
     """Labels from the output layer's weight gradient (Zhao et al., 2020, iDLG).
 
     With cross-entropy and one sample of class ``c``, row ``i`` of ``dL/dW`` is
@@ -39,13 +41,18 @@ def infer_labels(model: nn.Module, gradient: Sequence[torch.Tensor], batch_size:
     return picks.repeat((batch_size + len(picks) - 1) // len(picks))[:batch_size].sort().values
 
 
-def euclidean_distance(candidate: Sequence[torch.Tensor], target: Sequence[torch.Tensor]) -> torch.Tensor:
+def euclidean_distance(
+    candidate: Sequence[torch.Tensor], target: Sequence[torch.Tensor]
+) -> torch.Tensor:
     """``sum_l ||g_l(x_hat) - g_l(x)||^2``: DLG's matching objective (Zhu et al., 2019, Eq. 4)."""
     return sum((c - t).pow(2).sum() for c, t in zip(candidate, target))
 
 
-def cosine_distance(candidate: Sequence[torch.Tensor], target: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``1 - cos(g, g*)`` over the whole gradient, all layers as one vector (Geiping et al., Eq. 4)."""
+def cosine_distance(
+    candidate: Sequence[torch.Tensor], target: Sequence[torch.Tensor]
+) -> torch.Tensor:
+    """``1 - cos(g, g*)`` over the whole gradient, all layers as one vector (Geiping et al., Eq.
+    4)."""
     dot = sum((c * t).sum() for c, t in zip(candidate, target))
     candidate_norm = torch.sqrt(sum(c.pow(2).sum() for c in candidate))
     target_norm = torch.sqrt(sum(t.pow(2).sum() for t in target))

@@ -1,4 +1,5 @@
-"""The built book, opened in headless Chromium: errors, missing figures, dark-mode tables, wide code."""
+"""The built book, opened in headless Chromium: errors, missing figures, dark-mode tables, wide
+code."""
 
 from __future__ import annotations
 
@@ -12,12 +13,20 @@ from .layout import toc_pages
 
 
 CHROMIUM = "/usr/bin/chromium"
-#: The browser check's laptop screen is 1440x900; a page taller than MOST_SCREENS of them is split or folded.
+#: The browser check's laptop screen is 1440x900; a page taller than MOST_SCREENS of them is split
+#: or folded.
 SCREEN_HEIGHT = 900
 MOST_SCREENS = 25
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
-_ERROR_SELECTORS = ".output.traceback, .output.error, .system-message, .problematic, div.admonition.error"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+_ERROR_SELECTORS = (
+    ".output.traceback, .output.error, .system-message, .problematic, div.admonition.error"
+)
 _ERROR_TEXT = re.compile(r"Traceback \(most recent call last\)|\b[A-Z]\w*(Error|Exception): ")
 
 
@@ -25,7 +34,12 @@ def _png_outputs(path: Path) -> int:
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
-    return sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    return sum(
+        "image/png" in o.get("data", {})
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+    )
 
 
 @contextlib.contextmanager
@@ -51,7 +65,8 @@ def _serve(directory: Path):
 
 
 def _page_problems(page, root: Path, doc: str) -> tuple[list[str], str, dict, dict]:
-    """The browser check of one loaded page: its problems, a one-line summary, its claims rows, its results counts."""
+    """The browser check of one loaded page: its problems, a one-line summary, its claims rows, its
+    results counts."""
     bad: list[str] = []
     if not page.locator("h1:visible").count():
         bad.append("no visible h1")
@@ -67,9 +82,10 @@ def _page_problems(page, root: Path, doc: str) -> tuple[list[str], str, dict, di
             const imgs = [...document.images];
             imgs.forEach(i => { i.loading = 'eager'; });
             await Promise.all(imgs.map(i => i.decode().catch(() => null)));
+            const captioned = i => !!(i.closest('figure')
+                                      && i.closest('figure').querySelector('figcaption'));
             return imgs.map(i => ({src: i.getAttribute('src'), ok: i.complete && i.naturalWidth > 0,
-                                   output: !!i.closest('.cell_output'),
-                                   captioned: !!(i.closest('figure') && i.closest('figure').querySelector('figcaption'))}));
+                                   output: !!i.closest('.cell_output'), captioned: captioned(i)}));
         }"""
     )
     broken = [i["src"] for i in images if not i["ok"]]
@@ -78,7 +94,10 @@ def _page_problems(page, root: Path, doc: str) -> tuple[list[str], str, dict, di
     figures = sum(i["output"] for i in images)
     uncaptioned = sum(i["output"] and not i["captioned"] for i in images)
     if uncaptioned:
-        bad.append(f"{uncaptioned} output figure(s) without a caption (add `:mystnb: figure: caption:` to the cell)")
+        bad.append(
+            f"{uncaptioned} output figure(s) without a caption (add `:mystnb: figure: caption:` to "
+            "the cell)"
+        )
     nb_path = root / f"{doc}.ipynb"
     if nb_path.exists():
         expected = _png_outputs(nb_path)
@@ -100,25 +119,37 @@ def _page_problems(page, root: Path, doc: str) -> tuple[list[str], str, dict, di
         bad.append(f"{math['errors']} TeX error(s) in the math")
     boxed = page.evaluate(_DARK_TABLES_JS)
     if boxed:
-        bad.append(f"{boxed} output table(s) on a light box in dark mode (book/_static/gradcore.css)")
+        bad.append(
+            f"{boxed} output table(s) on a light box in dark mode (book/_static/gradcore.css)"
+        )
     claims = page.evaluate(_CLAIMS_ROWS_JS)
     if claims["unmarked"]:
-        bad.append(f"{claims['unmarked']} claims row(s) without a verdict class (re-execute the chapter)")
+        bad.append(
+            f"{claims['unmarked']} claims row(s) without a verdict class (re-execute the chapter)"
+        )
     wide = page.evaluate(_WIDE_CODE_JS)
     if wide:
-        bad.append(f"{len(wide)} shown code cell(s) wider than the column at this width, e.g. `{wide[0][:60]}` "
-                   "(wrap the line, or hide the cell's input)")
+        bad.append(
+            f"{len(wide)} shown code cell(s) wider than the column at this width, e.g. "
+            f"`{wide[0][:60]}` (wrap the line, or hide the cell's input)"
+        )
     findings = page.evaluate(_FINDINGS_JS)
     if claims["rows"] and not (findings["found"] and findings["before"] and findings["items"]):
-        bad.append("no key-findings box with its findings above the first code cell "
-                   f"({findings}; claims.glue_findings at the end, the box before the parameters cell)")
+        bad.append(
+            f"no key-findings box with its findings above the first code cell ({findings}; "
+            "claims.glue_findings at the end, the box before the parameters cell)"
+        )
     summary = page.evaluate(_RESULTS_SUMMARY_JS)
     screens = page.evaluate("document.documentElement.scrollHeight") / SCREEN_HEIGHT
     if screens > MOST_SCREENS:
-        bad.append(f"{screens:.1f} screens tall at 1440x900, more than {MOST_SCREENS} (continue the chapter "
-                   "on a sub-page, `sections` in _toc.yml, or fold long outputs)")
-    label = (f"{figures} figure{'s' if figures != 1 else ''}, {math['rendered']} equations, "
-             f"{screens:.1f} screens")
+        bad.append(
+            f"{screens:.1f} screens tall at 1440x900, more than {MOST_SCREENS} (continue the "
+            "chapter on a sub-page, `sections` in _toc.yml, or fold long outputs)"
+        )
+    label = (
+        f"{figures} figure{'s' if figures != 1 else ''}, {math['rendered']} equations, "
+        f"{screens:.1f} screens"
+    )
     return bad, label, claims, summary
 
 
@@ -143,7 +174,9 @@ def browser_check(root, html_dir=None, screenshots=None) -> list[str]:
     problems: list[str] = []
     with _serve(html) as base, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1440, "height": SCREEN_HEIGHT})  # a laptop screen: code must fit the column here
+        page = browser.new_page(
+            viewport={"width": 1440, "height": SCREEN_HEIGHT}
+        )  # a laptop screen: code must fit the column here
         external: list[str] = []
 
         def route(r):
@@ -174,7 +207,9 @@ def browser_check(root, html_dir=None, screenshots=None) -> list[str]:
                 front_page = summary
             if screenshots:
                 Path(screenshots).mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(Path(screenshots) / f"{doc.replace('/', '_')}.png"), full_page=True)
+                page.screenshot(
+                    path=str(Path(screenshots) / f"{doc.replace('/', '_')}.png"), full_page=True
+                )
             if bad:
                 problems.extend(f"{rel}: {b}" for b in bad)
                 print(f"FAIL {rel}  {label}: " + "; ".join(bad))
@@ -186,14 +221,23 @@ def browser_check(root, html_dir=None, screenshots=None) -> list[str]:
         doc = re.sub(r"^(\.\./)+", "", link).removesuffix(".html")
         shown = shown_claims.get(doc)
         if shown is None:
-            problems.append(f"front page: its results table links {link}, which is not a page of the toc")
-        elif (shown["rows"], shown["not reproduced"]) != (counts["claims"], counts["not reproduced"]):
-            problems.append(f"front page: {doc} counted {counts['claims']} claims, {counts['not reproduced']} not "
-                            f"reproduced; its page shows {shown['rows']} and {shown['not reproduced']}: run `gradcore results`")
+            problems.append(
+                f"front page: its results table links {link}, which is not a page of the toc"
+            )
+        elif (shown["rows"], shown["not reproduced"]) != (
+            counts["claims"],
+            counts["not reproduced"],
+        ):
+            problems.append(
+                f"front page: {doc} counted {counts['claims']} claims, {counts['not reproduced']} "
+                f"not reproduced; its page shows {shown['rows']} and {shown['not reproduced']}: "
+                "run `gradcore results`"
+            )
     return problems
 
 
-#: In dark mode, the output tables whose box is not transparent (the theme's light box for HTML outputs).
+#: In dark mode, the output tables whose box is not transparent (the theme's light box for HTML
+#: outputs).
 _DARK_TABLES_JS = """() => {
     const root = document.documentElement, before = root.dataset.theme;
     root.dataset.theme = 'dark';
@@ -205,11 +249,14 @@ _DARK_TABLES_JS = """() => {
     return boxed;
 }"""
 
-#: Counts the claims rows of a page, those marked not reproduced, and rows that carry no verdict class.
+#: Counts the claims rows of a page, those marked not reproduced, and rows that carry no verdict
+#: class.
 _CLAIMS_ROWS_JS = """() => {
     const rows = [...document.querySelectorAll('table.gradcore-claims tbody tr')];
-    const marked = r => ['claim-holds', 'claim-not-reproduced', 'claim-fails'].some(c => r.classList.contains(c));
-    return {rows: rows.length, 'not reproduced': rows.filter(r => r.classList.contains('claim-not-reproduced')).length,
+    const verdicts = ['claim-holds', 'claim-not-reproduced', 'claim-fails'];
+    const marked = r => verdicts.some(c => r.classList.contains(c));
+    return {rows: rows.length,
+            'not reproduced': rows.filter(r => r.classList.contains('claim-not-reproduced')).length,
             unmarked: rows.filter(r => !marked(r)).length};
 }"""
 
@@ -218,17 +265,21 @@ _WIDE_CODE_JS = """() => [...document.querySelectorAll('div.cell_input pre')]
     .filter(p => p.offsetParent !== null && p.innerText.trim() && p.scrollWidth > p.clientWidth + 1)
     .map(p => p.innerText.split('\\n').reduce((a, l) => l.length > a.length ? l : a, ''))"""
 
-#: A chapter's key-findings admonition: present, above the first code cell, with its glued findings (list items).
+#: A chapter's key-findings admonition: present, above the first code cell, with its glued findings
+#: (list items).
 _FINDINGS_JS = """() => {
     const box = [...document.querySelectorAll('.admonition')].find(
-        a => ((a.querySelector('.admonition-title') || {}).innerText || '').trim() === 'Key findings');
+        a => ((a.querySelector('.admonition-title') || {}).innerText || '').trim()
+             === 'Key findings');
     if (!box) return {found: false, before: false, items: 0};
     const cell = document.querySelector('.cell');
-    const before = !cell || !!(box.compareDocumentPosition(cell) & Node.DOCUMENT_POSITION_FOLLOWING);
+    const before = !cell
+                   || !!(box.compareDocumentPosition(cell) & Node.DOCUMENT_POSITION_FOLLOWING);
     return {found: true, before, items: box.querySelectorAll('li').length};
 }"""
 
-#: The front page's results table (header Chapter | Claims | Held | Not reproduced | Failed | Fragile): link -> counts.
+#: The front page's results table (header Chapter | Claims | Held | Not reproduced | Failed |
+#: Fragile): link -> counts.
 _RESULTS_SUMMARY_JS = """() => {
     const found = {};
     for (const table of document.querySelectorAll('table')) {
@@ -237,7 +288,9 @@ _RESULTS_SUMMARY_JS = """() => {
         for (const row of table.querySelectorAll('tbody tr')) {
             const cells = [...row.querySelectorAll('td')].map(td => td.innerText.trim());
             const link = row.querySelector('a');
-            if (link) found[link.getAttribute('href')] = {claims: +cells[1], 'not reproduced': +cells[3]};
+            if (link) {
+                found[link.getAttribute('href')] = {claims: +cells[1], 'not reproduced': +cells[3]};
+            }
         }
     }
     return found;

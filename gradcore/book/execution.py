@@ -27,7 +27,8 @@ from .status import record
 # -------------------------------------------------------------------------------------- execution
 
 
-#: glibc's allocator settings for the kernels: blocks up to 32 MiB (its largest threshold) from the heap, never trimmed.
+#: glibc's allocator settings for the kernels: blocks up to 32 MiB (its largest threshold) from the
+#: heap, never trimmed.
 MALLOC_SETTINGS = {"MALLOC_MMAP_THRESHOLD_": str(2**25), "MALLOC_TRIM_THRESHOLD_": str(2**36)}
 
 
@@ -45,7 +46,8 @@ def kernel_env(profile: str = DEFAULT_PROFILE, environment: dict | None = None):
     os.environ.setdefault("PYTHONHASHSEED", "0")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     # glibc returns every large freed tensor to the system and faults its pages in again on the next
-    # allocation; keeping freed memory in the heap makes the chapters 3-8% faster (numbers unchanged).
+    # allocation; keeping freed memory in the heap makes the chapters 3-8% faster (numbers
+    # unchanged).
     for name, value in MALLOC_SETTINGS.items():
         os.environ.setdefault(name, value)
     if os.environ.get("MPLBACKEND", "").lower() in ("agg", "module://agg"):
@@ -88,20 +90,36 @@ def _shown(path: Path, root: Path) -> str:
     return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
-
-
 def _locate(root: Path, src: Path, nb, index: int, exc) -> str:
     """``book/x.md:LINE`` of the failing cell's fence, and the failing line inside the cell."""
     ordinal = sum(c.cell_type == "code" for c in nb.cells[:index])
-    fences = [i for i, line in enumerate(src.read_text().splitlines(), 1) if re.match(r"^`{3,}\{code-cell\}", line)]
-    where = f"{src.relative_to(root)}:{fences[ordinal]}" if ordinal < len(fences) else str(src.relative_to(root))
-    lines = re.findall(r"Cell In\[\d+\], line (\d+)", re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(exc.traceback)))
+    fences = [
+        i
+        for i, line in enumerate(src.read_text().splitlines(), 1)
+        if re.match(r"^`{3,}\{code-cell\}", line)
+    ]
+    where = (
+        f"{src.relative_to(root)}:{fences[ordinal]}"
+        if ordinal < len(fences)
+        else str(src.relative_to(root))
+    )
+    lines = re.findall(
+        r"Cell In\[\d+\], line (\d+)", re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(exc.traceback))
+    )
     return f"{where}, line {lines[0]} of the cell" if lines else where
 
 
-def execute(root, chapter: str, profile: str = DEFAULT_PROFILE, parameters: dict | None = None,
-            quiet: bool = False, output: Path | None = None, environment: dict | None = None,
-            smoke: bool = False, cell_times: list | None = None) -> Path:
+def execute(
+    root,
+    chapter: str,
+    profile: str = DEFAULT_PROFILE,
+    parameters: dict | None = None,
+    quiet: bool = False,
+    output: Path | None = None,
+    environment: dict | None = None,
+    smoke: bool = False,
+    cell_times: list | None = None,
+) -> Path:
     """Execute one chapter; write and return its normalised notebook. Raises PipelineError.
 
     ``output``: write there instead of ``notebooks/`` and leave the Status page alone (a drift
@@ -114,9 +132,14 @@ def execute(root, chapter: str, profile: str = DEFAULT_PROFILE, parameters: dict
     """
     if smoke:
         if profile != "paper":
-            raise PipelineError(f"--smoke cuts the paper profile's budgets; it needs --profile paper, not {profile!r}")
+            raise PipelineError(
+                "--smoke cuts the paper profile's budgets; it needs --profile paper, not "
+                f"{profile!r}"
+            )
         environment = {**(environment or {}), SMOKE_VARIABLE: "1"}
-        output = output if output is not None else Path(root).resolve() / SMOKE_DIR / f"{chapter}.ipynb"
+        output = (
+            output if output is not None else Path(root).resolve() / SMOKE_DIR / f"{chapter}.ipynb"
+        )
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
@@ -140,19 +163,33 @@ def execute(root, chapter: str, profile: str = DEFAULT_PROFILE, parameters: dict
     def on_cell_executed(cell, cell_index, execute_reply):
         seconds = time.perf_counter() - started.pop(cell_index, time.perf_counter())
         if cell_times is not None:
-            cell_times.append((source_index(cell_index), first_line(cell.source), round(seconds, 2)))
+            cell_times.append(
+                (source_index(cell_index), first_line(cell.source), round(seconds, 2))
+            )
         if seconds >= SLOW_CELL_SECONDS and not quiet:
-            print(f"   {seconds:7.1f} s  cell {source_index(cell_index)}  `{first_line(cell.source)}`", flush=True)
+            print(
+                f"   {seconds:7.1f} s  cell {source_index(cell_index)}  "
+                f"`{first_line(cell.source)}`",
+                flush=True,
+            )
 
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="gradcore-") as tmp, kernel_env(profile, environment) as kernel_environment:
+    with (
+        tempfile.TemporaryDirectory(prefix="gradcore-") as tmp,
+        kernel_env(profile, environment) as kernel_environment,
+    ):
         log = Path(tmp) / "kernel.log"
         try:
             with _stderr_to(log):
                 result = papermill.execute_notebook(
-                    nb, str(Path(tmp) / f"{chapter}.ipynb"), parameters=inject or None, cwd=str(nbdir),
-                    kernel_name="python3", progress_bar=False,
-                    on_cell_start=on_cell_start, on_cell_executed=on_cell_executed,
+                    nb,
+                    str(Path(tmp) / f"{chapter}.ipynb"),
+                    parameters=inject or None,
+                    cwd=str(nbdir),
+                    kernel_name="python3",
+                    progress_bar=False,
+                    on_cell_start=on_cell_start,
+                    on_cell_executed=on_cell_executed,
                 )
         except PapermillExecutionError as exc:
             index = exc.cell_index
@@ -160,7 +197,8 @@ def execute(root, chapter: str, profile: str = DEFAULT_PROFILE, parameters: dict
                 where = "the injected parameters cell"
             else:
                 index = source_index(index)
-                where = f"cell {index} (`{first_line(exc.source)}`, {_locate(root, src, nb, index, exc)})"
+                location = _locate(root, src, nb, index, exc)
+                where = f"cell {index} (`{first_line(exc.source)}`, {location})"
             raise PipelineError(
                 f"{chapter} [{profile}] failed in {where}: {exc.ename}: {exc.evalue}\n"
                 f"{_shown(out, root)} was left untouched."

@@ -24,7 +24,8 @@ import numpy as np
 from .. import data
 from .. import validation as check
 
-#: Distinct crops cut per call; more images repeat them, mirrored and shifted (cutting crops is the slow part).
+#: Distinct crops cut per call; more images repeat them, mirrored and shifted (cutting crops is the
+#: slow part).
 DISTINCT = 64
 
 
@@ -47,32 +48,54 @@ def _pickle(path: Path, entry: dict) -> None:
 
 
 def write_cifar(root, name: str = "cifar10", per_batch: int = 100, seed: int = 0) -> Path:
-    """Write a small CIFAR-10 (``name="cifar10"``) or CIFAR-100 archive under ``root``; return ``root``.
+    """Write a small CIFAR-10 (``name="cifar10"``) or CIFAR-100 archive under ``root``; return
+    ``root``.
 
     ``per_batch`` images in each file (every training batch and the test file), 32x32 RGB.
     """
     check.integer("per_batch", per_batch, low=1)
     layouts = {
-        "cifar10": ("cifar-10-batches-py", [f"data_batch_{k}" for k in range(1, 6)] + ["test_batch"],
-                    "labels", "batches.meta", "label_names", 10),
-        "cifar100": ("cifar-100-python", ["train", "test"], "fine_labels", "meta", "fine_label_names", 100),
+        "cifar10": (
+            "cifar-10-batches-py",
+            [f"data_batch_{k}" for k in range(1, 6)] + ["test_batch"],
+            "labels",
+            "batches.meta",
+            "label_names",
+            10,
+        ),
+        "cifar100": (
+            "cifar-100-python",
+            ["train", "test"],
+            "fine_labels",
+            "meta",
+            "fine_label_names",
+            100,
+        ),
     }
     if name not in layouts:
-        raise check.GradcoreValueError(f"unknown CIFAR fixture {name!r}; known: {', '.join(layouts)}")
+        raise check.GradcoreValueError(
+            f"unknown CIFAR fixture {name!r}; known: {', '.join(layouts)}"
+        )
     folder, files, label_key, meta, meta_key, classes = layouts[name]
     base = Path(root) / folder
     base.mkdir(parents=True, exist_ok=True)
     images = _crops(per_batch * len(files), 32, seed)
     for index, file_name in enumerate(files):
-        rows = images[index * per_batch:(index + 1) * per_batch].reshape(per_batch, 3 * 32 * 32)
+        rows = images[index * per_batch : (index + 1) * per_batch].reshape(per_batch, 3 * 32 * 32)
         labels = [(index * per_batch + k) % classes for k in range(per_batch)]
-        _pickle(base / file_name, {"data": rows, label_key: labels, "batch_label": f"gradcore fixture {file_name}"})
+        _pickle(
+            base / file_name,
+            {"data": rows, label_key: labels, "batch_label": f"gradcore fixture {file_name}"},
+        )
     _pickle(base / meta, {meta_key: [f"class{k}" for k in range(classes)]})
     return Path(root)
 
 
-def write_imagefolder(root, classes: int = 3, per_class: int = 2, size: int = 64, seed: int = 0) -> Path:
-    """Write ``root/class<k>/<n>.png``, an ImageNet-style tree of photograph crops; return ``root``."""
+def write_imagefolder(
+    root, classes: int = 3, per_class: int = 2, size: int = 64, seed: int = 0
+) -> Path:
+    """Write ``root/class<k>/<n>.png``, an ImageNet-style tree of photograph crops; return
+    ``root``."""
     from skimage import io
 
     check.integer("classes", classes, low=1)
@@ -81,7 +104,9 @@ def write_imagefolder(root, classes: int = 3, per_class: int = 2, size: int = 64
     for index, image in enumerate(images):
         folder = Path(root) / f"class{index % classes}"
         folder.mkdir(parents=True, exist_ok=True)
-        io.imsave(folder / f"{index // classes}.png", image.transpose(1, 2, 0), check_contrast=False)
+        io.imsave(
+            folder / f"{index // classes}.png", image.transpose(1, 2, 0), check_contrast=False
+        )
     return Path(root)
 
 
@@ -90,7 +115,8 @@ COMPLETE = ".gradcore-fixtures-1"
 
 
 def write_all(root) -> Path:
-    """Every fixture under ``root`` (what ``gradcore smoke`` points ``GRADCORE_DATA`` at); kept once complete."""
+    """Every fixture under ``root`` (what ``gradcore smoke`` points ``GRADCORE_DATA`` at); kept once
+    complete."""
     root = Path(root)
     if not (root / COMPLETE).exists():
         write_cifar(root, "cifar10")

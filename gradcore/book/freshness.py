@@ -1,4 +1,5 @@
-"""Is every committed notebook its chapter's source, executed? And the declared tolerances copied in."""
+"""Is every committed notebook its chapter's source, executed? And the declared tolerances copied
+in."""
 
 from __future__ import annotations
 
@@ -37,27 +38,36 @@ def freshness(root) -> list[str]:
         injected = [i for i, c in enumerate(executed.cells) if INJECTED_TAG in tags(c)]
         if injected:
             params = executed.metadata.get("papermill", {}).get("parameters", {})
+            given = ", ".join(f"{k}={v!r}" for k, v in params.items())
             problems.append(
                 f"{name}: {path.relative_to(root)} was executed with non-default parameters "
-                f"({', '.join(f'{k}={v!r}' for k, v in params.items()) or 'see cell ' + str(injected[0])}); "
+                f"({given or 'see cell ' + str(injected[0])}); "
                 f"CI checks the ci profile with default parameters: {rerun}"
             )
             continue
         source = read_source(src)
         declared = (source.metadata.get("gradcore") or {}).get("tolerance")
         if declared != (executed.metadata.get("gradcore") or {}).get("tolerance"):
-            problems.append(f"{name}: the output tolerance in {src.relative_to(root)}'s front matter differs "
-                            f"from {path.relative_to(root)}'s; {rerun}")
+            problems.append(
+                f"{name}: the output tolerance in {src.relative_to(root)}'s front matter differs "
+                f"from {path.relative_to(root)}'s; {rerun}"
+            )
             continue
         source_cells = [_cell_key(c) for c in source.cells]
         executed_cells = [_cell_key(c) for c in executed.cells]
         for i, (a, b) in enumerate(zip(source_cells, executed_cells)):
             if a != b:
                 what = a[0] if a[0] == b[0] else f"{a[0]} in the source, {b[0]} in the notebook"
-                detail = (f"source has `{first_line(a[1])}`" if a[:2] != b[:2]
-                          else "tags differ" if a[2] != b[2] else "tolerance differs")
+                detail = (
+                    f"source has `{first_line(a[1])}`"
+                    if a[:2] != b[:2]
+                    else "tags differ"
+                    if a[2] != b[2]
+                    else "tolerance differs"
+                )
                 problems.append(
-                    f"{name}: cell {i} ({what}) differs from {src.relative_to(root)} ({detail}); {rerun}"
+                    f"{name}: cell {i} ({what}) differs from {src.relative_to(root)} ({detail}); "
+                    f"{rerun}"
                 )
                 break
         else:
@@ -67,8 +77,12 @@ def freshness(root) -> list[str]:
                     f"{path.relative_to(root)} has {len(executed_cells)}; {rerun}"
                 )
     page = root / RESULTS_PAGE
-    if (root / "_toc.yml").exists() and (not page.exists() or page.read_text() != results_page(root)):
-        problems.append(f"{RESULTS_PAGE} does not match the notebooks' claims tables: run `gradcore results`")
+    if (root / "_toc.yml").exists() and (
+        not page.exists() or page.read_text() != results_page(root)
+    ):
+        problems.append(
+            f"{RESULTS_PAGE} does not match the notebooks' claims tables: run `gradcore results`"
+        )
     return problems
 
 
@@ -93,8 +107,10 @@ def sync_tolerances(root) -> list[str]:
         source, executed = read_source(src), nbformat.read(path, as_version=4)
         strip = lambda cell: _cell_key(cell)[:3]  # noqa: E731 - everything but the tolerance
         if [strip(c) for c in source.cells] != [strip(c) for c in executed.cells]:
-            stale.append(f"{name}: {path.relative_to(root)} does not match {src.relative_to(root)} "
-                         f"beyond tolerances; run `gradcore run {name}`")
+            stale.append(
+                f"{name}: {path.relative_to(root)} does not match {src.relative_to(root)} beyond "
+                f"tolerances; run `gradcore run {name}`"
+            )
             continue
         before = nbformat.writes(executed)
         declared = (source.metadata.get("gradcore") or {}).get("tolerance")

@@ -55,7 +55,8 @@ class Job:
     after : tuple of str
         Names of jobs that must have succeeded first.
     environment : dict
-        Variables added to the process's environment (over :data:`SINGLE_THREAD`); ``None`` removes one.
+        Variables added to the process's environment (over :data:`SINGLE_THREAD`); ``None`` removes
+        one.
     quiet : bool
         Print only the last lines of the log on success (the whole log on failure).
     cores : float
@@ -94,7 +95,8 @@ def _tail(text: str, lines: int) -> str:
 
 
 def _wait_any(running: dict) -> tuple:
-    """``(pid, status, rusage)`` of the first of ``running``'s processes to end (only those: never another child)."""
+    """``(pid, status, rusage)`` of the first of ``running``'s processes to end (only those: never
+    another child)."""
     while True:
         for pid in running:
             found, status, usage = os.wait4(pid, os.WNOHANG)
@@ -103,9 +105,15 @@ def _wait_any(running: dict) -> tuple:
         time.sleep(0.1)
 
 
-def run(jobs: list[Job], workers: int | None = None, cwd: Path | None = None, log_dir: Path | None = None,
-        echo=print) -> list[Outcome]:
-    """Run ``jobs``, keeping at most ``workers`` cores busy; return their outcomes in the order they ended.
+def run(
+    jobs: list[Job],
+    workers: int | None = None,
+    cwd: Path | None = None,
+    log_dir: Path | None = None,
+    echo=print,
+) -> list[Outcome]:
+    """Run ``jobs``, keeping at most ``workers`` cores busy; return their outcomes in the order they
+    ended.
 
     CPU seconds are the job's and its waited-for descendants' (a notebook's kernel included),
     from ``os.wait4``. An interrupt stops every running job (its whole process group).
@@ -129,18 +137,34 @@ def run(jobs: list[Job], workers: int | None = None, cwd: Path | None = None, lo
                 if any(finished.get(dep) and finished[dep].status != "done" for dep in job.after):
                     waiting.remove(job)
                     finished[job.name] = Outcome(job.name, "skipped")
-                    echo(f"-- {job.name}: skipped ({', '.join(d for d in job.after if finished[d].status != 'done')} "
-                         "did not succeed)")
+                    echo(
+                        f"-- {job.name}: skipped "
+                        f"({', '.join(d for d in job.after if finished[d].status != 'done')} did "
+                        "not succeed)"
+                    )
             ready = [job for job in waiting if all(dep in finished for dep in job.after)]
             while ready and sum(entry[0].cores for entry in running.values()) < workers:
                 job = ready.pop(0)
                 waiting.remove(job)
                 path = logs / f"{job.name.replace('/', '_').replace(' ', '_')}.log"
                 handle = open(path, "wb")
-                environment = {**os.environ, **SINGLE_THREAD, **job.environment, "PYTHONUNBUFFERED": "1"}
-                environment = {key: value for key, value in environment.items() if value is not None}
-                process = subprocess.Popen(job.command, cwd=cwd, env=environment, stdout=handle,
-                                           stderr=subprocess.STDOUT, start_new_session=True)
+                environment = {
+                    **os.environ,
+                    **SINGLE_THREAD,
+                    **job.environment,
+                    "PYTHONUNBUFFERED": "1",
+                }
+                environment = {
+                    key: value for key, value in environment.items() if value is not None
+                }
+                process = subprocess.Popen(
+                    job.command,
+                    cwd=cwd,
+                    env=environment,
+                    stdout=handle,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
                 running[process.pid] = (job, process, time.perf_counter(), handle, path)
                 echo(f"== {job.name} (started; {len(running)} running)")
             if not running:
@@ -150,15 +174,26 @@ def run(jobs: list[Job], workers: int | None = None, cwd: Path | None = None, lo
             process.returncode = os.waitstatus_to_exitcode(status)
             handle.close()
             text = path.read_text(errors="replace")
-            outcome = Outcome(job.name, "done" if process.returncode == 0 else "FAILED", time.perf_counter() - started,
-                              usage.ru_utime + usage.ru_stime, process.returncode, text)
+            outcome = Outcome(
+                job.name,
+                "done" if process.returncode == 0 else "FAILED",
+                time.perf_counter() - started,
+                usage.ru_utime + usage.ru_stime,
+                process.returncode,
+                text,
+            )
             finished[job.name] = outcome
-            shown = _tail(text, 8) if job.quiet and outcome.status == "done" else (
-                text if outcome.status == "done" else _tail(text, 120))
+            shown = (
+                _tail(text, 8)
+                if job.quiet and outcome.status == "done"
+                else (text if outcome.status == "done" else _tail(text, 120))
+            )
             if shown.strip():
                 echo(shown.rstrip("\n"))
-            echo(f"-- {job.name}: {outcome.status} in {outcome.wall:.1f} s (cpu {outcome.cpu:.1f} s)"
-                 + ("" if outcome.status == "done" else f", exit code {process.returncode}"))
+            echo(
+                f"-- {job.name}: {outcome.status} in {outcome.wall:.1f} s (cpu {outcome.cpu:.1f} s)"
+                + ("" if outcome.status == "done" else f", exit code {process.returncode}")
+            )
     except BaseException:
         for job, process, *_ in running.values():
             try:
@@ -181,7 +216,9 @@ def summary(outcomes: list[Outcome], wall: float) -> str:
     """A table of the jobs' wall and CPU seconds, slowest first, and the total."""
     lines = [f"{'job':<44} {'status':<8} {'wall s':>8} {'cpu s':>8}"]
     for outcome in sorted(outcomes, key=lambda o: -o.wall):
-        lines.append(f"{outcome.name:<44} {outcome.status:<8} {outcome.wall:8.1f} {outcome.cpu:8.1f}")
+        lines.append(
+            f"{outcome.name:<44} {outcome.status:<8} {outcome.wall:8.1f} {outcome.cpu:8.1f}"
+        )
     cpu = sum(o.cpu for o in outcomes)
     lines.append(f"{'all jobs':<44} {'':<8} {wall:8.1f} {cpu:8.1f}")
     return "\n".join(lines)

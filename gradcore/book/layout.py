@@ -1,4 +1,5 @@
-"""The book's chapters: where their sources are, their parameters and profiles, the table of contents.
+"""The book's chapters: where their sources are, their parameters and profiles, the table of
+contents.
 
 Layout (relative to a repository root):
 
@@ -29,9 +30,9 @@ INJECTED_TAG = "injected-parameters"
 SLOW_CELL_SECONDS = 5.0  # `gradcore run` prints the cells that take longer, with their time
 
 
-
 class PipelineError(ValueError):
     """A user error or a failed chapter: the CLI prints the message, without a traceback."""
+
 
 # --------------------------------------------------------------------------------------- chapters
 
@@ -59,7 +60,8 @@ def chapters(root) -> dict[str, Path]:
 
 
 def chapter_cores(root, name: str) -> float:
-    """The share of a core the chapter keeps busy as it runs (front matter ``gradcore: cores:``, 1 if unset)."""
+    """The share of a core the chapter keeps busy as it runs (front matter ``gradcore: cores:``, 1
+    if unset)."""
     found = chapters(root)
     if name not in found:
         return 1.0
@@ -131,7 +133,8 @@ _FALSE = {"0", "false", "no", "off"}
 
 
 def convert(name: str, value, default):
-    """Convert a command-line string to the type of the parameter's default (bool, int, float, str)."""
+    """Convert a command-line string to the type of the parameter's default (bool, int, float,
+    str)."""
     if not isinstance(value, str):
         if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
             return float(value)
@@ -157,7 +160,9 @@ def convert(name: str, value, default):
         return type(default)(ast.literal_eval(value))
     except (ValueError, SyntaxError, TypeError):
         kind = type(default).__name__
-        raise PipelineError(f"parameter {name}: {value!r} is not a valid {kind} (default {default!r})") from None
+        raise PipelineError(
+            f"parameter {name}: {value!r} is not a valid {kind} (default {default!r})"
+        ) from None
 
 
 def resolve(name: str, nb, profile: str, given: dict) -> tuple[dict, dict]:
@@ -178,7 +183,6 @@ def resolve(name: str, nb, profile: str, given: dict) -> tuple[dict, dict]:
     values["profile"] = profile
     changed = {k: v for k, v in values.items() if v != defaults[k]}
     return defaults, changed
-
 
 
 # ---------------------------------------------------------------------------------------- the toc

@@ -27,20 +27,24 @@ SUPPORTED_NBVAL = ("0.11",)
 
 
 def compare_outputs(self, test, ref, skip_compare=None):
-    """nbval's cell comparison, by :mod:`gradcore.book.reproducibility` (same signature and contract)."""
+    """nbval's cell comparison, by :mod:`gradcore.book.reproducibility` (same signature and
+    contract)."""
     notebook = self.parent.nb
     chapter = reproducibility.chapter_tolerance(notebook.metadata)
     tolerance = reproducibility.cell_tolerance(chapter, self.cell.metadata)
     drifts: list = []
-    differences = reproducibility.compare_outputs(ref, test, tolerance, sanitize=self.sanitize, drifts=drifts)
+    differences = reproducibility.compare_outputs(
+        ref, test, tolerance, sanitize=self.sanitize, drifts=drifts
+    )
     _log_drifts(self, drifts, differences)
     self.comparison_traceback = []
     if not differences:
         return True
     cc = self.colors
     self.comparison_traceback.append(
-        cc.FAIL + f"{len(differences)} output(s) of {self.fspath.basename} cell {self.cell_num} "
-        "do not reproduce (committed -> this run):" + cc.ENDC)
+        cc.FAIL + f"{len(differences)} output(s) of {self.fspath.basename} cell {self.cell_num} do "
+        "not reproduce (committed -> this run):" + cc.ENDC
+    )
     self.comparison_traceback.extend(f"  {difference}" for difference in differences[:20])
     if len(differences) > 20:
         self.comparison_traceback.append(f"  ... and {len(differences) - 20} more")
@@ -52,10 +56,32 @@ def _log_drifts(cell, drifts: list, differences: list) -> None:
     if not path:
         return
     chapter = cell.fspath.purebasename
-    records = [{"chapter": chapter, "cell": cell.cell_num, "where": d.where, "kind": d.kind, "stored": d.stored,
-                "new": d.new, "size": d.size, "within": True} for d in drifts]
-    records += [{"chapter": chapter, "cell": cell.cell_num, "where": d.where, "kind": d.kind, "stored": d.stored,
-                 "new": d.new, "allowed": d.allowed, "within": False} for d in differences]
+    records = [
+        {
+            "chapter": chapter,
+            "cell": cell.cell_num,
+            "where": d.where,
+            "kind": d.kind,
+            "stored": d.stored,
+            "new": d.new,
+            "size": d.size,
+            "within": True,
+        }
+        for d in drifts
+    ]
+    records += [
+        {
+            "chapter": chapter,
+            "cell": cell.cell_num,
+            "where": d.where,
+            "kind": d.kind,
+            "stored": d.stored,
+            "new": d.new,
+            "allowed": d.allowed,
+            "within": False,
+        }
+        for d in differences
+    ]
     with open(path, "a", encoding="utf-8") as log:
         log.writelines(json.dumps(record) + "\n" for record in records)
 
@@ -64,8 +90,10 @@ def pytest_configure(config):
     import nbval
 
     if not nbval.__version__.startswith(SUPPORTED_NBVAL):
-        raise RuntimeError(f"gradcore.book.nbval_tolerance supports nbval {SUPPORTED_NBVAL}, found {nbval.__version__}; "
-                           "pin nbval as constraints.txt does")
+        raise RuntimeError(
+            f"gradcore.book.nbval_tolerance supports nbval {SUPPORTED_NBVAL}, found "
+            f"{nbval.__version__}; pin nbval as constraints.txt does"
+        )
     # nbval has no hook for its comparison, and its cell class calls itself by its module-level
     # name (so a subclass put in its place would recurse): replace the one method instead.
     _nbval.IPyNbCell.compare_outputs = compare_outputs

@@ -15,7 +15,6 @@ from .layout import DEFAULT_PROFILE
 _VOLATILE_CELL_METADATA = ("execution", "papermill", "ExecuteTime")
 
 
-
 def _collapse(text: str, keep_leading_cr: bool) -> str:
     """Keep, on each line, only what follows its last carriage return (tqdm's final frame).
 
@@ -91,7 +90,9 @@ def normalise(nb, source: str = "", profile: str = DEFAULT_PROFILE):
         if cell.metadata.get("tags") == []:
             del cell.metadata["tags"]
         if cell.cell_type == "code":
-            cell.outputs = [nbformat.from_dict(o) for o in _normalise_outputs(cell.get("outputs", []))]
+            cell.outputs = [
+                nbformat.from_dict(o) for o in _normalise_outputs(cell.get("outputs", []))
+            ]
         cell.id = _cell_id(cell, seen)
     return nb
 
@@ -106,7 +107,8 @@ def write_notebook(nb, path: Path) -> None:
 
 
 def write_text_atomically(path: Path, text: str) -> None:
-    """Write through a hidden temporary file renamed when complete, so an interrupted run never leaves half a file."""
+    """Write through a hidden temporary file renamed when complete, so an interrupted run never
+    leaves half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.write_text(text, encoding="utf-8")

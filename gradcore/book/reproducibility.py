@@ -46,8 +46,14 @@ NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 #: Kinds of printed number and the words that announce them (matched case-insensitively).
 KINDS: tuple[tuple[str, re.Pattern], ...] = (
     ("decibels", re.compile(r"psnr|\bdb\b", re.I)),
-    ("fraction", re.compile(r"ssim|accura|\bacc\b|cosine sim|lpips|\bshare|fraction|probabilit", re.I)),
-    ("magnitude", re.compile(r"mse|loss|error|distance|residual|norm\b|norms\b|gap|growth|condition", re.I)),
+    (
+        "fraction",
+        re.compile(r"ssim|accura|\bacc\b|cosine sim|lpips|\bshare|fraction|probabilit", re.I),
+    ),
+    (
+        "magnitude",
+        re.compile(r"mse|loss|error|distance|residual|norm\b|norms\b|gap|growth|condition", re.I),
+    ),
 )
 KIND_NAMES = ("decibels", "fraction", "magnitude", "other")
 
@@ -84,8 +90,15 @@ class Tolerance:
     def __post_init__(self):
         for field in fields(self):
             value = getattr(self, field.name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or math.isinf(value):
-                raise ToleranceError(f"tolerance {field.name} must be a finite number >= 0, got {value!r}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not value >= 0
+                or math.isinf(value)
+            ):
+                raise ToleranceError(
+                    f"tolerance {field.name} must be a finite number >= 0, got {value!r}"
+                )
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -96,12 +109,25 @@ class Tolerance:
         if not overrides:
             return self
         if not isinstance(overrides, Mapping):
-            raise ToleranceError(f"a tolerance is a mapping of {', '.join(self.names())} to numbers, got {overrides!r}")
+            raise ToleranceError(
+                f"a tolerance is a mapping of {', '.join(self.names())} to numbers, got "
+                f"{overrides!r}"
+            )
         unknown = sorted(set(overrides) - set(self.names()))
         if unknown:
-            raise ToleranceError(f"unknown tolerance kind(s) {', '.join(map(str, unknown))}; known: {', '.join(self.names())}")
-        return replace(self, **{key: float(value) if isinstance(value, int) and not isinstance(value, bool) else value
-                                for key, value in overrides.items()})
+            raise ToleranceError(
+                f"unknown tolerance kind(s) {', '.join(map(str, unknown))}; known: "
+                f"{', '.join(self.names())}"
+            )
+        return replace(
+            self,
+            **{
+                key: float(value)
+                if isinstance(value, int) and not isinstance(value, bool)
+                else value
+                for key, value in overrides.items()
+            },
+        )
 
     def allows(self, kind: str, stored: float, new: float) -> bool:
         """Whether ``new`` reproduces ``stored`` for a number of this kind."""
@@ -176,7 +202,10 @@ class Difference:
     context: str = ""
 
     def __str__(self) -> str:
-        head = f"{self.where}: {self.kind} {self.stored!r} became {self.new!r} (allowed: {self.allowed})"
+        head = (
+            f"{self.where}: {self.kind} {self.stored!r} became {self.new!r} "
+            f"(allowed: {self.allowed})"
+        )
         return head + (f"\n    in: {self.context.strip()[:160]}" if self.context.strip() else "")
 
 
@@ -207,7 +236,7 @@ def _pieces(text: str) -> tuple[list[str], list[re.Match]]:
     numbers = list(NUMBER.finditer(text))
     texts, last = [], 0
     for match in numbers:
-        texts.append(text[last:match.start()])
+        texts.append(text[last : match.start()])
         last = match.end()
     texts.append(text[last:])
     return texts, numbers
@@ -217,8 +246,14 @@ def _is_integer(token: str) -> bool:
     return not re.search(r"[.eE]", token)
 
 
-def compare_text(stored: str, new: str, tolerance: Tolerance, where: str = "output",
-                 fallback: Sequence[str] = (), drifts: list | None = None) -> list[Difference]:
+def compare_text(
+    stored: str,
+    new: str,
+    tolerance: Tolerance,
+    where: str = "output",
+    fallback: Sequence[str] = (),
+    drifts: list | None = None,
+) -> list[Difference]:
     """Compare two printed texts: text and integers exactly, decimals within ``tolerance``.
 
     Returns the differences (empty when ``new`` reproduces ``stored``); numbers that moved
@@ -228,8 +263,16 @@ def compare_text(stored: str, new: str, tolerance: Tolerance, where: str = "outp
         return []
     stored_lines, new_lines = stored.split("\n"), new.split("\n")
     if len(stored_lines) != len(new_lines):
-        return [Difference(where, f"{len(stored_lines)} lines", f"{len(new_lines)} lines", "text", "same layout",
-                           _first_difference(stored, new))]
+        return [
+            Difference(
+                where,
+                f"{len(stored_lines)} lines",
+                f"{len(new_lines)} lines",
+                "text",
+                "same layout",
+                _first_difference(stored, new),
+            )
+        ]
     differences = []
     for number, (a, b) in enumerate(zip(stored_lines, new_lines), 1):
         differences += _compare_line(a, b, tolerance, f"{where}, line {number}", fallback, drifts)
@@ -243,14 +286,26 @@ def _first_difference(stored: str, new: str) -> str:
     return ""
 
 
-def _compare_line(stored: str, new: str, tolerance: Tolerance, where: str, fallback: Sequence[str],
-                  drifts: list | None) -> list[Difference]:
+def _compare_line(
+    stored: str,
+    new: str,
+    tolerance: Tolerance,
+    where: str,
+    fallback: Sequence[str],
+    drifts: list | None,
+) -> list[Difference]:
     if stored == new:
         return []
     texts_a, numbers_a = _pieces(stored)
     texts_b, numbers_b = _pieces(new)
-    if len(numbers_a) != len(numbers_b) or any(_fold(x) != _fold(y) for x, y in zip(texts_a, texts_b)):
-        return [Difference(where, stored.strip(), new.strip(), "text", "identical text and number count")]
+    if len(numbers_a) != len(numbers_b) or any(
+        _fold(x) != _fold(y) for x, y in zip(texts_a, texts_b)
+    ):
+        return [
+            Difference(
+                where, stored.strip(), new.strip(), "text", "identical text and number count"
+            )
+        ]
     differences = []
     for a, b in zip(numbers_a, numbers_b):
         token_a, token_b = a.group(), b.group()
@@ -278,8 +333,13 @@ def _floor(tolerance: Tolerance, kind: str) -> str:
     return f", or both <= {tolerance.roundoff:g}"
 
 
-def compare_table(stored: Mapping, new: Mapping, tolerance: Tolerance, where: str = "table",
-                  drifts: list | None = None) -> list[Difference]:
+def compare_table(
+    stored: Mapping,
+    new: Mapping,
+    tolerance: Tolerance,
+    where: str = "table",
+    drifts: list | None = None,
+) -> list[Difference]:
     """Compare two gradcore tables (:data:`TABLE_MIME`) cell by cell.
 
     The JSON holds ``title``, ``header``, ``rows`` (printed cells), ``exact`` (column indices) and
@@ -291,12 +351,20 @@ def compare_table(stored: Mapping, new: Mapping, tolerance: Tolerance, where: st
     title (a claims table: the claim), else the row label.
     """
     title = str(stored.get("title", ""))
-    differences = compare_text(title, str(new.get("title", "")), tolerance, f"{where}, title", (), drifts)
+    differences = compare_text(
+        title, str(new.get("title", "")), tolerance, f"{where}, title", (), drifts
+    )
     if stored.get("header") != new.get("header") or stored.get("exact") != new.get("exact"):
-        return differences + [Difference(where, str(stored.get("header")), str(new.get("header")), "text", "same columns")]
+        return differences + [
+            Difference(
+                where, str(stored.get("header")), str(new.get("header")), "text", "same columns"
+            )
+        ]
     rows_a, rows_b = stored.get("rows", []), new.get("rows", [])
     if len(rows_a) != len(rows_b):
-        return differences + [Difference(where, f"{len(rows_a)} rows", f"{len(rows_b)} rows", "text", "same rows")]
+        return differences + [
+            Difference(where, f"{len(rows_a)} rows", f"{len(rows_b)} rows", "text", "same rows")
+        ]
     header, exact = list(stored.get("header", [])), set(stored.get("exact", []))
     derived = set(stored.get("derived", []))
     for r, (row_a, row_b) in enumerate(zip(rows_a, rows_b)):
@@ -304,19 +372,40 @@ def compare_table(stored: Mapping, new: Mapping, tolerance: Tolerance, where: st
         for c, (cell_a, cell_b) in enumerate(zip(row_a, row_b)):
             if c in derived:
                 continue
-            place = f"{where}, row {r + 1} ({label[:60]}), column {header[c] if c < len(header) else c}"
+            place = (
+                f"{where}, row {r + 1} ({label[:60]}), column {header[c] if c < len(header) else c}"
+            )
             if c in exact:
                 if cell_a != cell_b:
-                    differences.append(Difference(place, str(cell_a), str(cell_b), "text", "exact (paper value or verdict)"))
+                    differences.append(
+                        Difference(
+                            place,
+                            str(cell_a),
+                            str(cell_b),
+                            "text",
+                            "exact (paper value or verdict)",
+                        )
+                    )
                 continue
-            # A cell's own words come first ("PSNR 17.2 < 18.4"), then its column and the title (which
-            # name the metric); a row label names a thing ("cosine + TV"), a claim says what it measures.
+            # A cell's own words come first ("PSNR 17.2 < 18.4"), then its column and the title
+            # (which name the metric); a row label names a thing ("cosine + TV"), a claim says what
+            # it measures.
             row = label if c else ""
             column = header[c] if c < len(header) else ""
             contexts = (column, row, title) if stored.get("rows_say_kind") else (column, title, row)
-            differences += _compare_line(str(cell_a), str(cell_b), tolerance, place, contexts, drifts)
+            differences += _compare_line(
+                str(cell_a), str(cell_b), tolerance, place, contexts, drifts
+            )
         if len(row_a) != len(row_b):
-            differences.append(Difference(f"{where}, row {r + 1}", f"{len(row_a)} cells", f"{len(row_b)} cells", "text", "same columns"))
+            differences.append(
+                Difference(
+                    f"{where}, row {r + 1}",
+                    f"{len(row_a)} cells",
+                    f"{len(row_b)} cells",
+                    "text",
+                    "same columns",
+                )
+            )
     return differences
 
 
@@ -324,9 +413,19 @@ def compare_table(stored: Mapping, new: Mapping, tolerance: Tolerance, where: st
 
 
 #: Output fields never compared: volatile by nature, or images (nbval does not compare them either).
-SKIPPED = ("metadata", "traceback", "prompt_number", "output_type", "name", "execution_count",
-           "transient", "image/png", "image/jpeg", "image/svg+xml",
-           "application/vnd.jupyter.widget-view+json")
+SKIPPED = (
+    "metadata",
+    "traceback",
+    "prompt_number",
+    "output_type",
+    "name",
+    "execution_count",
+    "transient",
+    "image/png",
+    "image/jpeg",
+    "image/svg+xml",
+    "application/vnd.jupyter.widget-view+json",
+)
 
 
 def _flatten(outputs: Iterable[Mapping], sanitize) -> dict[str, list]:
@@ -342,7 +441,9 @@ def _flatten(outputs: Iterable[Mapping], sanitize) -> dict[str, list]:
             data = {TABLE_MIME: data[TABLE_MIME]}
         for key, value in data.items():
             if key not in SKIPPED:
-                grouped.setdefault(key, []).append(value if key == TABLE_MIME else sanitize(_text(value)))
+                grouped.setdefault(key, []).append(
+                    value if key == TABLE_MIME else sanitize(_text(value))
+                )
         if output.get("output_type") == "error":
             grouped.setdefault("error", []).append(f"{output.get('ename')}: {output.get('evalue')}")
     return grouped
@@ -354,24 +455,50 @@ def _text(value) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
-def compare_outputs(stored: Sequence[Mapping], new: Sequence[Mapping], tolerance: Tolerance,
-                    sanitize=lambda text: text, drifts: list | None = None) -> list[Difference]:
+def compare_outputs(
+    stored: Sequence[Mapping],
+    new: Sequence[Mapping],
+    tolerance: Tolerance,
+    sanitize=lambda text: text,
+    drifts: list | None = None,
+) -> list[Difference]:
     """Compare one cell's committed outputs with a rerun's (both lists of nbformat outputs)."""
     grouped_a, grouped_b = _flatten(stored, sanitize), _flatten(new, sanitize)
     if set(grouped_a) != set(grouped_b):
-        missing, extra = sorted(set(grouped_a) - set(grouped_b)), sorted(set(grouped_b) - set(grouped_a))
-        return [Difference("outputs", f"fields {sorted(grouped_a)}", f"fields {sorted(grouped_b)}", "text",
-                           "the same output fields", f"missing {missing}, unexpected {extra}")]
+        missing, extra = (
+            sorted(set(grouped_a) - set(grouped_b)),
+            sorted(set(grouped_b) - set(grouped_a)),
+        )
+        return [
+            Difference(
+                "outputs",
+                f"fields {sorted(grouped_a)}",
+                f"fields {sorted(grouped_b)}",
+                "text",
+                "the same output fields",
+                f"missing {missing}, unexpected {extra}",
+            )
+        ]
     differences = []
     for key in grouped_a:
         values_a, values_b = grouped_a[key], grouped_b[key]
         if len(values_a) != len(values_b):
-            differences.append(Difference(key, f"{len(values_a)} outputs", f"{len(values_b)} outputs", "text", "same count"))
+            differences.append(
+                Difference(
+                    key,
+                    f"{len(values_a)} outputs",
+                    f"{len(values_b)} outputs",
+                    "text",
+                    "same count",
+                )
+            )
             continue
         for index, (a, b) in enumerate(zip(values_a, values_b)):
             where = key if len(values_a) == 1 else f"{key} #{index + 1}"
             if key == TABLE_MIME:
-                differences += compare_table(a, b, tolerance, f"table {a.get('title', '')[:60]!r}", drifts)
+                differences += compare_table(
+                    a, b, tolerance, f"table {a.get('title', '')[:60]!r}", drifts
+                )
             else:
                 # A displayed object's first line is its title ("PSNR per attack and defense").
                 title = (a.split("\n", 1)[0],) if key == "text/plain" else ()
@@ -386,7 +513,8 @@ def chapter_tolerance(notebook_metadata: Mapping, base: Tolerance | None = None)
 
 
 def cell_tolerance(chapter: Tolerance, cell_metadata: Mapping) -> Tolerance:
-    """A cell's tolerance: the chapter's, with the kinds its metadata key ``tolerance`` overrides."""
+    """A cell's tolerance: the chapter's, with the kinds its metadata key ``tolerance``
+    overrides."""
     return chapter.updated(cell_metadata.get("tolerance"))
 
 
@@ -434,7 +562,9 @@ def fragile_claims(table: Mapping, tolerance: Tolerance) -> list[dict]:
         kind = kind_of(row[claim], table.get("title", ""))
         allowed = allowed_move(values, kind, tolerance)
         if math.isfinite(distance) and distance < allowed:
-            fragile.append({"claim": row[claim], "margin": distance, "allowed": allowed, "kind": kind})
+            fragile.append(
+                {"claim": row[claim], "margin": distance, "allowed": allowed, "kind": kind}
+            )
     return fragile
 
 
@@ -456,7 +586,9 @@ class DriftReport:
 
     label: str
     drifts: dict  # chapter -> [Drift]
-    differences: dict  # chapter -> [Difference]: text or integers that changed, and cells that failed
+    differences: (
+        dict  # chapter -> [Difference]: text or integers that changed, and cells that failed
+    )
 
     def largest(self) -> dict:
         """``{chapter: {kind: (size, Drift)}}``: the largest move per kind of number."""
@@ -476,7 +608,9 @@ def _code_cells(path) -> list:
     return [cell for cell in notebook.cells if cell.cell_type == "code"]
 
 
-def measure_drift(reference_dir, rerun_dir, label: str = "", sanitize=lambda text: text) -> DriftReport:
+def measure_drift(
+    reference_dir, rerun_dir, label: str = "", sanitize=lambda text: text
+) -> DriftReport:
     """Compare every notebook of ``rerun_dir`` with the one of the same name in ``reference_dir``.
 
     Every decimal number is accepted and recorded with how far it moved; text and integers
@@ -491,7 +625,15 @@ def measure_drift(reference_dir, rerun_dir, label: str = "", sanitize=lambda tex
         drifts, differences = [], []
         stored_cells, new_cells = _code_cells(reference), _code_cells(path)
         if len(stored_cells) != len(new_cells):
-            differences.append(Difference(chapter, f"{len(stored_cells)} cells", f"{len(new_cells)} cells", "text", "same cells"))
+            differences.append(
+                Difference(
+                    chapter,
+                    f"{len(stored_cells)} cells",
+                    f"{len(new_cells)} cells",
+                    "text",
+                    "same cells",
+                )
+            )
         for index, (a, b) in enumerate(zip(stored_cells, new_cells)):
             cell_drifts: list = []
             found = compare_outputs(a.outputs, b.outputs, _ANYTHING, sanitize, drifts=cell_drifts)
@@ -504,13 +646,14 @@ def measure_drift(reference_dir, rerun_dir, label: str = "", sanitize=lambda tex
 
 
 def sanitizer(path) -> "callable":
-    """The substitutions of an nbval sanitize file (``regex:``/``replace:`` pairs) as one function."""
+    """The substitutions of an nbval sanitize file (``regex:``/``replace:`` pairs) as one
+    function."""
     pairs, pattern = [], None
     for line in Path(path).read_text().splitlines():
         if line.startswith("regex: "):
-            pattern = line[len("regex: "):]
+            pattern = line[len("regex: ") :]
         elif line.startswith("replace: ") and pattern is not None:
-            pairs.append((re.compile(pattern), line[len("replace: "):]))
+            pairs.append((re.compile(pattern), line[len("replace: ") :]))
             pattern = None
 
     def apply(text: str) -> str:

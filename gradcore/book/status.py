@@ -43,7 +43,13 @@ def machine(environment: dict | None = None) -> dict:
     variables the numbers were computed under (a kernel's; this process's by default).
     """
     if not _device_cache:
-        found = {"torch": "none", "device": "cpu", "cpu": _cpu_model(), "capability": "n/a", "blas": "n/a"}
+        found = {
+            "torch": "none",
+            "device": "cpu",
+            "cpu": _cpu_model(),
+            "capability": "n/a",
+            "blas": "n/a",
+        }
         try:
             found["torch"] = metadata.version("torch")
             import torch
@@ -52,7 +58,9 @@ def machine(environment: dict | None = None) -> dict:
             config = torch.__config__.show()
             blas = re.search(r"BLAS_INFO=(\w+)", config)
             mkl = re.search(r"Math Kernel Library Version ([\w.]+)", config)
-            found["blas"] = (blas.group(1) if blas else "unknown") + (f" {mkl.group(1)}" if mkl else "")
+            found["blas"] = (blas.group(1) if blas else "unknown") + (
+                f" {mkl.group(1)}" if mkl else ""
+            )
             found["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
         except metadata.PackageNotFoundError:
             pass
@@ -61,11 +69,21 @@ def machine(environment: dict | None = None) -> dict:
         _device_cache.append(found)
     environment = os.environ if environment is None else environment
     environment = {key: environment[key] for key in FLOAT_PATH_VARIABLES if key in environment}
-    return {**_device_cache[0], "float_path": " ".join(f"{k}={v}" for k, v in environment.items()) or "default"}
+    return {
+        **_device_cache[0],
+        "float_path": " ".join(f"{k}={v}" for k, v in environment.items()) or "default",
+    }
 
 
-def record(root, chapter: str, profile: str, injected: dict, seconds: float, path: Path,
-           environment: dict | None = None) -> None:
+def record(
+    root,
+    chapter: str,
+    profile: str,
+    injected: dict,
+    seconds: float,
+    path: Path,
+    environment: dict | None = None,
+) -> None:
     """Store the run in notebooks/status.json (last run per chapter and profile) and status.md.
 
     ``environment``: the kernel's, whose float path (thread count included) the Status page shows.
@@ -78,8 +96,16 @@ def record(root, chapter: str, profile: str, injected: dict, seconds: float, pat
         _record_locked(root, status_path, chapter, profile, injected, seconds, path, environment)
 
 
-def _record_locked(root: Path, status_path: Path, chapter: str, profile: str, injected: dict, seconds: float, path: Path,
-                   environment: dict | None) -> None:
+def _record_locked(
+    root: Path,
+    status_path: Path,
+    chapter: str,
+    profile: str,
+    injected: dict,
+    seconds: float,
+    path: Path,
+    environment: dict | None,
+) -> None:
     status = json.loads(status_path.read_text()) if status_path.exists() else {}
     found = machine(environment)
     params = {k: v for k, v in injected.items() if k != "profile"}
@@ -96,7 +122,11 @@ def _record_locked(root: Path, status_path: Path, chapter: str, profile: str, in
     status = {c: dict(sorted(p.items())) for c, p in sorted(status.items())}
     write_text_atomically(status_path, json.dumps(status, indent=1, sort_keys=True) + "\n")
     write_status_page(root, status)
-    if profile == DEFAULT_PROFILE and path == root / "notebooks" / f"{chapter}.ipynb" and (root / "_toc.yml").exists():
+    if (
+        profile == DEFAULT_PROFILE
+        and path == root / "notebooks" / f"{chapter}.ipynb"
+        and (root / "_toc.yml").exists()
+    ):
         write_results_page(root)
 
 
@@ -104,32 +134,51 @@ def write_status_page(root, status: dict) -> None:
     rows = [
         "# Status",
         "",
-        "The last execution of each chapter: the book shows the `ci` notebooks; `paper` runs are in",
+        "The last execution of each chapter: the book shows the `ci` notebooks; `paper` runs are "
+        "in",
         "`notebooks/paper/`. Regenerate with `gradcore run CHAPTER` or `make book`.",
         "",
         "Printed numbers reproduce bit for bit only on the same floating-point path (CPU, torch's",
-        "SIMD level, BLAS, threads); elsewhere `gradcore check` compares them within each chapter's",
+        "SIMD level, BLAS, threads); elsewhere `gradcore check` compares them within each "
+        "chapter's",
         "declared tolerance (README, \"Testing\").",
         "",
-        "| Chapter | Profile | Parameters | Time | Date | Claims: held / not reproduced | Machine |",
+        "| Chapter | Profile | Parameters | Time | Date | Claims: held / not reproduced | Machine "
+        "|",
         "| --- | --- | --- | ---: | --- | --- | --- |",
     ]
     for chapter, profiles in status.items():
         for profile, r in profiles.items():
-            params = ", ".join(f"`{k}={v!r}`" for k, v in r.get("parameters", {}).items()) or "default"
-            held = _verdict_counts(Path(root) / "notebooks" / (f"{chapter}.ipynb" if profile == "ci" else f"{profile}/{chapter}.ipynb"))
-            machine = (f"{r['device']}; {r.get('cpu', 'CPU not recorded')}; {r.get('capability', '?')} / {r.get('blas', '?')}; "
-                       f"float path {r.get('float_path', 'not recorded')}; Python {r['python']}, torch {r['torch']}")
-            rows.append(f"| {chapter} | {profile} | {params} | {r['seconds']:.0f} s | {r['date']} | {held} | {machine} |")
+            params = (
+                ", ".join(f"`{k}={v!r}`" for k, v in r.get("parameters", {}).items()) or "default"
+            )
+            held = _verdict_counts(
+                Path(root)
+                / "notebooks"
+                / (f"{chapter}.ipynb" if profile == "ci" else f"{profile}/{chapter}.ipynb")
+            )
+            machine = (
+                f"{r['device']}; {r.get('cpu', 'CPU not recorded')}; {r.get('capability', '?')} / "
+                f"{r.get('blas', '?')}; float path {r.get('float_path', 'not recorded')}; Python "
+                f"{r['python']}, torch {r['torch']}"
+            )
+            rows.append(
+                f"| {chapter} | {profile} | {params} | {r['seconds']:.0f} s | {r['date']} | {held} "
+                f"| {machine} |"
+            )
     rows += _seed_rows(Path(root) / "notebooks" / "seeds.json")
     write_text_atomically(Path(root) / "notebooks" / "status.md", "\n".join(rows) + "\n")
 
 
 def _verdict_counts(path: Path) -> str:
-    """"held / not reproduced" over the claims tables a notebook shows; "n/a" if it has none."""
+    """ "held / not reproduced" over the claims tables a notebook shows; "n/a" if it has none."""
     if not path.exists():
         return "n/a"
-    verdicts = [row[table["header"].index("holds")] for table in claims.claims_in_notebook(path) for row in table["rows"]]
+    verdicts = [
+        row[table["header"].index("holds")]
+        for table in claims.claims_in_notebook(path)
+        for row in table["rows"]
+    ]
     return f"{verdicts.count('yes')} / {verdicts.count('n/a')}" if verdicts else "n/a"
 
 
@@ -138,21 +187,35 @@ def _seed_rows(path: Path) -> list[str]:
     if not path.exists():
         return []
     summary = json.loads(path.read_text())
-    rows = ["", "## Claims at other seeds", "",
-            "`gradcore seeds SEED ...` reruns the chapters with other seeds, claims reported rather than",
-            "asserted, and counts per claim the seeds it held at. A claim that fails at any seed tried is",
-            "named below. The Code column names the commit the seeds ran on: a claim changed since (a",
-            "chapter's later commits) is counted as it was then.", "",
-            "| Chapter | Seeds tried | Runs completed | Claims | Held at every seed | Not reproduced at every seed | Failed at some seed | Date | Code |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [
+        "",
+        "## Claims at other seeds",
+        "",
+        "`gradcore seeds SEED ...` reruns the chapters with other seeds, claims reported rather "
+        "than",
+        "asserted, and counts per claim the seeds it held at. A claim that fails at any seed tried "
+        "is",
+        "named below. The Code column names the commit the seeds ran on: a claim changed since (a",
+        "chapter's later commits) is counted as it was then.",
+        "",
+        "| Chapter | Seeds tried | Runs completed | Claims | Held at every seed | Not reproduced "
+        "at every seed | Failed at some seed | Date | Code |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     failures = []
     for chapter, record in summary.items():
         failed = record["failed somewhere"]
-        rows.append(f"| {chapter} | {', '.join(map(str, record['seeds']))} | {record['runs completed']} | {record['claims']} | "
-                    f"{record['held at every seed']} | {record['not reproduced at every seed']} | {len(failed)} | {record['date']} | "
-                    f"{record.get('commit', 'not recorded')} |")
-        failures += [f"- {chapter}: {item['claim']} (failed at seeds {', '.join(map(str, item['failed'] + item['missing']))})"
-                     for item in failed]
+        rows.append(
+            f"| {chapter} | {', '.join(map(str, record['seeds']))} | {record['runs completed']} | "
+            f"{record['claims']} | {record['held at every seed']} | "
+            f"{record['not reproduced at every seed']} | {len(failed)} | {record['date']} | "
+            f"{record.get('commit', 'not recorded')} |"
+        )
+        failures += [
+            f"- {chapter}: {item['claim']} (failed at seeds "
+            f"{', '.join(map(str, item['failed'] + item['missing']))})"
+            for item in failed
+        ]
     return rows + ([""] + failures if failures else [])
 
 
@@ -182,8 +245,8 @@ def results_page(root) -> str:
     Per chapter, in the order of ``_toc.yml``: how many claims held, how many the chapter marks
     `not reproduced`, how many failed (none in a committed notebook: a failing claim stops the
     chapter) and how many are fragile (they hold by less than the drift the chapter's tolerance
-    allows: :func:`gradcore.book.reproducibility.fragile_claims`); then every `not reproduced` row with
-    its reason, and every fragile row with its margin. Nothing is typed by hand: the front page
+    allows: :func:`gradcore.book.reproducibility.fragile_claims`); then every `not reproduced` row
+    with its reason, and every fragile row with its margin. Nothing is typed by hand: the front page
     includes this file, and ``gradcore check`` fails when it no longer matches the notebooks.
     """
     root = Path(root)
@@ -208,40 +271,81 @@ def results_page(root) -> str:
                     verdict = row[column]
                     verdicts[verdict if verdict in verdicts else "NO"] += 1
                     if verdict == "n/a":
-                        reason = row[table["header"].index("test")].removeprefix(claims.NOT_REPRODUCED_PREFIX)
-                        missing.append(f"| {link} | {_escape_cell(row[0])} | {_escape_cell(row[1])} | "
-                                       f"{_escape_cell(row[2])} | {_escape_cell(reason)} |")
+                        reason = row[table["header"].index("test")].removeprefix(
+                            claims.NOT_REPRODUCED_PREFIX
+                        )
+                        missing.append(
+                            f"| {link} | {_escape_cell(row[0])} | {_escape_cell(row[1])} | "
+                            f"{_escape_cell(row[2])} | {_escape_cell(reason)} |"
+                        )
                 for row in reproducibility.fragile_claims(table, tolerance):
                     weak += 1
-                    fragile.append(f"| {link} | {_escape_cell(row['claim'])} | {row['margin']:.3g} | "
-                                   f"{row['allowed']:.3g} ({row['kind']}) |")
+                    fragile.append(
+                        f"| {link} | {_escape_cell(row['claim'])} | {row['margin']:.3g} | "
+                        f"{row['allowed']:.3g} ({row['kind']}) |"
+                    )
         total = sum(verdicts.values())
-        counts.append(f"| {link} | {total} | {verdicts['yes']} | {verdicts['n/a']} | {verdicts['NO']} | {weak} |")
-    lines = ["| Chapter | Claims | Held | Not reproduced | Failed | Fragile |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |", *counts]
+        counts.append(
+            f"| {link} | {total} | {verdicts['yes']} | {verdicts['n/a']} | {verdicts['NO']} | "
+            f"{weak} |"
+        )
+    lines = [
+        "| Chapter | Claims | Held | Not reproduced | Failed | Fragile |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        *counts,
+    ]
     recorded = [(name, root / "notebooks" / f"{name}.ipynb") for name in DEPLOYMENT_CHAPTERS]
     recorded = [(name, path, recorded_findings(path)) for name, path in recorded if path.exists()]
     if any(summary for _, _, summary in recorded):
-        lines += ["", "### What protects, and at what cost", "",
-                  "The key findings of the pages where every attack of the book meets every defense, as their",
-                  "notebooks last ran:"]
+        lines += [
+            "",
+            "### What protects, and at what cost",
+            "",
+            "The key findings of the pages where every attack of the book meets every defense, as "
+            "their",
+            "notebooks last ran:",
+        ]
         for name, path, summary in recorded:
             if summary:
-                lines += ["", f"**[{_escape_cell(_chapter_title(path))}](../notebooks/{name}.ipynb)**", "",
-                          summary.strip()]
+                lines += [
+                    "",
+                    f"**[{_escape_cell(_chapter_title(path))}](../notebooks/{name}.ipynb)**",
+                    "",
+                    summary.strip(),
+                ]
     if missing:
-        lines += ["", "### What does not reproduce, and why", "",
-                  "Every row a chapter marks `not reproduced`, with what the source reports, what was measured",
-                  "here and the chapter's reason.", "",
-                  f"````{{dropdown}} The {len(missing)} rows marked not reproduced", "",
-                  "| Chapter | Claim | Source | Measured here | Why |", "| --- | --- | --- | --- | --- |", *missing, "````"]
+        lines += [
+            "",
+            "### What does not reproduce, and why",
+            "",
+            "Every row a chapter marks `not reproduced`, with what the source reports, what was "
+            "measured",
+            "here and the chapter's reason.",
+            "",
+            f"````{{dropdown}} The {len(missing)} rows marked not reproduced",
+            "",
+            "| Chapter | Claim | Source | Measured here | Why |",
+            "| --- | --- | --- | --- | --- |",
+            *missing,
+            "````",
+        ]
     if fragile:
-        lines += ["", "### Fragile rows", "",
-                  "Rows that hold here by less than the drift their chapter allows on another CPU (the",
-                  "values the verdict compares may move by the chapter's declared tolerance for their kind,",
-                  "README, \"Testing\"): on a reader's machine these could flip.", "",
-                  f"````{{dropdown}} The {len(fragile)} fragile rows", "",
-                  "| Chapter | Claim | Margin | Allowed drift |", "| --- | --- | ---: | ---: |", *fragile, "````"]
+        lines += [
+            "",
+            "### Fragile rows",
+            "",
+            "Rows that hold here by less than the drift their chapter allows on another CPU (the",
+            "values the verdict compares may move by the chapter's declared tolerance for their "
+            "kind,",
+            "README, \"Testing\"): on a reader's machine these could flip.",
+            "",
+            f"````{{dropdown}} The {len(fragile)} fragile rows",
+            "",
+            "| Chapter | Claim | Margin | Allowed drift |",
+            "| --- | --- | ---: | ---: |",
+            *fragile,
+            "````",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -250,7 +354,8 @@ DEPLOYMENT_CHAPTERS = ("what-protects", "what-protects-epsilon")
 
 
 def recorded_findings(path: Path, name: str = "findings") -> str | None:
-    """The Markdown a notebook glued under ``name`` (:func:`gradcore.claims.glue_findings`), or None."""
+    """The Markdown a notebook glued under ``name`` (:func:`gradcore.claims.glue_findings`), or
+    None."""
     notebook = json.loads(Path(path).read_text(encoding="utf-8"))
     for cell in notebook.get("cells", []):
         for output in cell.get("outputs", []):

@@ -1,4 +1,5 @@
-"""Ready-made federated scenarios and the chapters' experiments, so chapters stay a handful of calls.
+"""Ready-made federated scenarios and the chapters' experiments, so chapters stay a handful of
+calls.
 
 * :class:`Scenario`, :func:`scenario`, :func:`scenarios` (from :mod:`gradcore.scenarios`): one
   client's private batch and the global model; it produces what the client shares
@@ -14,7 +15,8 @@
   multipliers);
 * :mod:`gradcore.experiments.protection`: what protects a deployment (the settings, attacks and
   deployments both what-protects pages build);
-* :mod:`gradcore.experiments.deployments`: federated deployments, one entry point (:func:`run`: FedSGD
+* :mod:`gradcore.experiments.deployments`: federated deployments, one entry point (:func:`run`:
+FedSGD
   once per deployment spec), and where each is weakest (rounds, defense strength, architecture);
 * :mod:`gradcore.experiments.diagnostics`: what a defense does to the gradient and what it costs
   (CENSOR's layer cosines, its misdirection, overheads);
@@ -24,31 +26,54 @@
 
 from ..scenarios import Scenario, scenario, scenarios
 from . import (
-                     curious_server,
-                     deployments,
-                     diagnostics,
-                     exclusivity,
-                     generative,
-                     minimal,
-                     privacy,
-                     protection,
+    curious_server,
+    deployments,
+    diagnostics,
+    exclusivity,
+    generative,
+    minimal,
+    privacy,
+    protection,
 )
 from .common import (
-                     attack_rows,
-                     attack_single_images,
-                     batch_slowdown,
-                     binomial_spread,
-                     final_table,
-                     first_below,
-                     keep_snapshots,
-                     label_accuracy,
-                     label_outcomes,
-                     linear_descent_draws,
-                     mean_final,
-                     median_steps,
-                     steps_to_psnr,
+    attack_rows,
+    attack_single_images,
+    batch_slowdown,
+    binomial_spread,
+    final_table,
+    first_below,
+    keep_snapshots,
+    label_accuracy,
+    label_outcomes,
+    linear_descent_draws,
+    mean_final,
+    median_steps,
+    steps_to_psnr,
 )
 
-__all__ = ["Scenario", "attack_rows", "attack_single_images", "batch_slowdown", "binomial_spread", "curious_server", "deployments", "diagnostics", "exclusivity", "final_table",
-           "first_below", "generative", "keep_snapshots", "label_accuracy", "linear_descent_draws", "median_steps", "label_outcomes", "mean_final", "minimal", "privacy", "protection", "scenario",
-           "scenarios", "steps_to_psnr"]
+__all__ = [
+    "Scenario",
+    "attack_rows",
+    "attack_single_images",
+    "batch_slowdown",
+    "binomial_spread",
+    "curious_server",
+    "deployments",
+    "diagnostics",
+    "exclusivity",
+    "final_table",
+    "first_below",
+    "generative",
+    "keep_snapshots",
+    "label_accuracy",
+    "linear_descent_draws",
+    "median_steps",
+    "label_outcomes",
+    "mean_final",
+    "minimal",
+    "privacy",
+    "protection",
+    "scenario",
+    "scenarios",
+    "steps_to_psnr",
+]

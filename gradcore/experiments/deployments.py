@@ -1,11 +1,13 @@
-"""Federated deployments, one entry point: FedSGD once per deployment spec, then where each is weakest.
+"""Federated deployments, one entry point: FedSGD once per deployment spec, then where each is
+weakest.
 
 :func:`run` trains one FedSGD per deployment (a defense on every client update, CENSOR limited to
 its first rounds, Zhang et al., NDSS 2025, Sec. III; or DP-SGD clients) from the same initial
 model and client sampling, and keeps the global models an attacker would pick; a deployment's
 utility is its log, its weakness what the attacks make of those models:
 
-* :func:`over_rounds`: every attack on the update each deployment shares at several rounds (Table V);
+* :func:`over_rounds`: every attack on the update each deployment shares at several rounds (Table
+V);
 * :func:`strength_sweep`: one defense raised until every attack is stopped;
 * :func:`with_architecture`: a defense that changes the model (exclusivity reduction, Pan et al.,
   USENIX Security 2022) as one more column of an :class:`gradcore.evaluation.Evaluation`.
@@ -26,16 +28,28 @@ from ..scenarios import scenarios as draw_scenarios
 
 
 class Run(NamedTuple):
-    """One deployment's FedSGD: its log (accuracy over rounds, releases) and the global models it kept."""
+    """One deployment's FedSGD: its log (accuracy over rounds, releases) and the global models it
+    kept."""
 
     log: federated.FederatedLog
     snapshots: dict
 
 
-def run(dataset: data.Dataset, model: str | Callable[[], nn.Module], deployments: Mapping[str, Mapping], rounds: int,
-        at: Sequence[int] = (), seed: int = 0, test_fraction: float = 0.25, test_set: data.Dataset | None = None,
-        model_options: dict | None = None, progress: bool = True, **options) -> dict[str, Run]:
-    """FedSGD per deployment from the same initial model and client sampling; the models at rounds ``at`` kept.
+def run(
+    dataset: data.Dataset,
+    model: str | Callable[[], nn.Module],
+    deployments: Mapping[str, Mapping],
+    rounds: int,
+    at: Sequence[int] = (),
+    seed: int = 0,
+    test_fraction: float = 0.25,
+    test_set: data.Dataset | None = None,
+    model_options: dict | None = None,
+    progress: bool = True,
+    **options,
+) -> dict[str, Run]:
+    """FedSGD per deployment from the same initial model and client sampling; the models at rounds
+    ``at`` kept.
 
     Parameters
     ----------
@@ -51,35 +65,63 @@ def run(dataset: data.Dataset, model: str | Callable[[], nn.Module], deployments
         Server steps after which to keep the global model (``0``: the initial model).
     test_set : Dataset, optional
         With it, ``dataset`` is the training set as it is (a data set's own split,
-        :func:`gradcore.data.train_test`); without, ``dataset`` is split by :func:`gradcore.data.split`.
+        :func:`gradcore.data.train_test`); without, ``dataset`` is split by
+        :func:`gradcore.data.split`.
     options
-        Go to :func:`gradcore.federated.fedsgd_snapshots` (clients, per_round, alpha, batch_size, lr, ...).
+        Go to :func:`gradcore.federated.fedsgd_snapshots` (clients, per_round, alpha, batch_size,
+        lr, ...).
 
     Returns
     -------
     dict
         ``{label: Run(log, snapshots)}``.
     """
-    train_set, test_set = (dataset, test_set) if test_set is not None else data.split(dataset, test_fraction, seed)
+    train_set, test_set = (
+        (dataset, test_set) if test_set is not None else data.split(dataset, test_fraction, seed)
+    )
     if isinstance(model, str):
         name = model
 
         def model() -> nn.Module:
-            return models.build(name, train_set.shape, train_set.num_classes, seed=seed, **(model_options or {}))
+            return models.build(
+                name, train_set.shape, train_set.num_classes, seed=seed, **(model_options or {})
+            )
 
     runs = {}
     for label, spec in deployments.items():
         read = specs.defense_spec(spec)
-        limit = {} if read.defended_rounds is specs.UNSET else {"defended_rounds": read.defended_rounds}
-        runs[label] = Run(*federated.fedsgd_snapshots(model(), train_set, test_set, rounds, at, defense=read.name,
-                                                      defense_options=dict(read.options), seed=seed, progress=progress,
-                                                      dp_sgd=read.dp_sgd, **{**options, **limit}))
+        limit = (
+            {} if read.defended_rounds is specs.UNSET else {"defended_rounds": read.defended_rounds}
+        )
+        runs[label] = Run(
+            *federated.fedsgd_snapshots(
+                model(),
+                train_set,
+                test_set,
+                rounds,
+                at,
+                defense=read.name,
+                defense_options=dict(read.options),
+                seed=seed,
+                progress=progress,
+                dp_sgd=read.dp_sgd,
+                **{**options, **limit},
+            )
+        )
     return runs
 
 
-def with_architecture(evaluation: Evaluation, attacks: Mapping[str, Mapping], label: str, scenarios: Mapping[str, Sequence],
-                      seed: int = 0, progress: bool = True, baseline: str = "none") -> Evaluation:
-    """Add a column ``label`` for a defense that changes the architecture, e.g. exclusivity reduction.
+def with_architecture(
+    evaluation: Evaluation,
+    attacks: Mapping[str, Mapping],
+    label: str,
+    scenarios: Mapping[str, Sequence],
+    seed: int = 0,
+    progress: bool = True,
+    baseline: str = "none",
+) -> Evaluation:
+    """Add a column ``label`` for a defense that changes the architecture, e.g. exclusivity
+    reduction.
 
     Exclusivity reduction (Pan et al., USENIX Security 2022, Sec. 6) removes the ReLU after
     the first hidden layer, so the client shares the plain gradient of another model.
@@ -93,15 +135,37 @@ def with_architecture(evaluation: Evaluation, attacks: Mapping[str, Mapping], la
     """
     for scenario_label, cases in scenarios.items():
         parsed = {a: specs.attack_spec(spec) for a, spec in attacks.items()}
-        ran = {a: spec.without_limits() for a, spec in parsed.items()
-               if evaluation.ran(scenario_label, a, baseline) and spec.defenses is None}
-        changed = matrix(ran, {label: {"defense": None}}, {scenario_label: cases}, evaluation.metrics, seed, progress)
+        ran = {
+            a: spec.without_limits()
+            for a, spec in parsed.items()
+            if evaluation.ran(scenario_label, a, baseline) and spec.defenses is None
+        }
+        changed = matrix(
+            ran,
+            {label: {"defense": None}},
+            {scenario_label: cases},
+            evaluation.metrics,
+            seed,
+            progress,
+        )
         for attack_label in ran:
-            if (scenario_label, attack_label) in changed.skipped:  # refused every case: the change blocked it
+            if (
+                scenario_label,
+                attack_label,
+            ) in changed.skipped:  # refused every case: the change blocked it
                 reason = changed.skipped[(scenario_label, attack_label)]
-                evaluation.add(Cell(scenario_label, attack_label, label, dict(changed.reference[scenario_label]),
-                                    [torch.full_like(case.inputs, 0.5) for case in cases], 0.0, [reason] * len(cases),
-                                    len(cases)))
+                evaluation.add(
+                    Cell(
+                        scenario_label,
+                        attack_label,
+                        label,
+                        dict(changed.reference[scenario_label]),
+                        [torch.full_like(case.inputs, 0.5) for case in cases],
+                        0.0,
+                        [reason] * len(cases),
+                        len(cases),
+                    )
+                )
             elif changed.ran(scenario_label, attack_label, label):
                 evaluation.add(changed.cell(scenario_label, attack_label, label))
     if label not in evaluation.defenses:
@@ -109,10 +173,19 @@ def with_architecture(evaluation: Evaluation, attacks: Mapping[str, Mapping], la
     return evaluation
 
 
-def over_rounds(attacks: Mapping[str, Mapping], deployments: Mapping[str, Mapping], snapshots: Mapping[str, Mapping],
-                dataset, batch_size: int = 1, images: int = 1, metrics: Sequence[str] = ("mse", "psnr"), seed: int = 0,
-                progress: bool = True) -> Evaluation:
-    """Attack the update each deployment shares at several training rounds (CENSOR, Sec. III, Table V).
+def over_rounds(
+    attacks: Mapping[str, Mapping],
+    deployments: Mapping[str, Mapping],
+    snapshots: Mapping[str, Mapping],
+    dataset,
+    batch_size: int = 1,
+    images: int = 1,
+    metrics: Sequence[str] = ("mse", "psnr"),
+    seed: int = 0,
+    progress: bool = True,
+) -> Evaluation:
+    """Attack the update each deployment shares at several training rounds (CENSOR, Sec. III, Table
+    V).
 
     One scenario per round ``t`` ("round t"): the private images are the same at every
     round (drawn with ``seed``), the model is the deployment's global model after ``t``
@@ -123,23 +196,49 @@ def over_rounds(attacks: Mapping[str, Mapping], deployments: Mapping[str, Mappin
     deployment is weakest.
     """
     rounds = sorted({t for runs in snapshots.values() for t in runs})
-    result = Evaluation([f"round {t}" for t in rounds], list(attacks), list(deployments), list(metrics))
+    result = Evaluation(
+        [f"round {t}" for t in rounds], list(attacks), list(deployments), list(metrics)
+    )
     for label, spec in deployments.items():
         limit = spec.get("defended_rounds")
         for t in rounds:
             if t not in snapshots[label]:
                 continue
             model = snapshots[label][t]
-            cases = draw_scenarios(dataset, lambda _, m=model: copy.deepcopy(m), batch_size, images, seed)
-            shared = {k: v for k, v in spec.items() if k != "defended_rounds"} if limit is None or t < limit else {"defense": None}
-            part = matrix(attacks, {label: shared}, {f"round {t}": cases}, metrics, seed, progress=False, keep_refusals=True)
+            cases = draw_scenarios(
+                dataset, lambda _, m=model: copy.deepcopy(m), batch_size, images, seed
+            )
+            shared = (
+                {k: v for k, v in spec.items() if k != "defended_rounds"}
+                if limit is None or t < limit
+                else {"defense": None}
+            )
+            part = matrix(
+                attacks,
+                {label: shared},
+                {f"round {t}": cases},
+                metrics,
+                seed,
+                progress=False,
+                keep_refusals=True,
+            )
             merge(result, part)
     return result
 
 
-def strength_sweep(attacks: Mapping[str, Mapping], scenarios: Mapping[str, Sequence], defense: str, parameter: str,
-                   levels: Sequence[float], level: float = 1.0, start: Evaluation | None = None, start_label: str | None = None,
-                   metrics: Sequence[str] = ("mse", "psnr"), seed: int = 0, **options) -> tuple[Evaluation, float | None]:
+def strength_sweep(
+    attacks: Mapping[str, Mapping],
+    scenarios: Mapping[str, Sequence],
+    defense: str,
+    parameter: str,
+    levels: Sequence[float],
+    level: float = 1.0,
+    start: Evaluation | None = None,
+    start_label: str | None = None,
+    metrics: Sequence[str] = ("mse", "psnr"),
+    seed: int = 0,
+    **options,
+) -> tuple[Evaluation, float | None]:
     """Raise one defense's strength until every attack is stopped; only attacks still leaking go on.
 
     At each of the increasing ``levels`` of ``parameter`` (e.g. the noise's ``sigma``),
@@ -156,7 +255,14 @@ def strength_sweep(attacks: Mapping[str, Mapping], scenarios: Mapping[str, Seque
     first = None
     for value, column in zip(levels, columns):
         if start is not None and value == levels[0]:
-            part = Evaluation(start.scenarios, start.attacks, [column], start.metrics, truths=start.truths, reference=start.reference)
+            part = Evaluation(
+                start.scenarios,
+                start.attacks,
+                [column],
+                start.metrics,
+                truths=start.truths,
+                reference=start.reference,
+            )
             for cell in start.select(defense=start_label):
                 if cell.scenario in scenarios and cell.attack in attacks:
                     part.add(dataclasses.replace(cell, defense=column))
@@ -165,10 +271,24 @@ def strength_sweep(attacks: Mapping[str, Mapping], scenarios: Mapping[str, Seque
             for s in scenarios:
                 names = [a for s2, a in leaking if s2 == s]
                 if names:
-                    merge(part, matrix({a: attacks[a] for a in names}, {column: {"defense": defense, parameter: value, **options}},
-                                        {s: scenarios[s]}, metrics, seed, progress=False, keep_refusals=True))
+                    merge(
+                        part,
+                        matrix(
+                            {a: attacks[a] for a in names},
+                            {column: {"defense": defense, parameter: value, **options}},
+                            {s: scenarios[s]},
+                            metrics,
+                            seed,
+                            progress=False,
+                            keep_refusals=True,
+                        ),
+                    )
         merge(result, part)
-        leaking = [(s, a) for s, a in leaking if result.ran(s, a, column) and result.to_gray(s, a, column) < level]
+        leaking = [
+            (s, a)
+            for s, a in leaking
+            if result.ran(s, a, column) and result.to_gray(s, a, column) < level
+        ]
         if not leaking:
             first = value
             break
@@ -176,5 +296,6 @@ def strength_sweep(attacks: Mapping[str, Mapping], scenarios: Mapping[str, Seque
 
 
 def logs(runs: Mapping[str, Run]) -> dict:
-    """``{label: FederatedLog}`` of :func:`run`'s result: a deployment's utility, without the models it kept."""
+    """``{label: FederatedLog}`` of :func:`run`'s result: a deployment's utility, without the models
+    it kept."""
     return {label: each.log for label, each in runs.items()}

@@ -25,25 +25,49 @@ from ..scenarios import scenario, scenarios
 
 
 def cnn_case(dataset, seed: int = 0, **options):
-    """A one-instance :class:`gradcore.experiments.Scenario` on a seeded float64 :func:`gradcore.models.conv_mlp`."""
+    """A one-instance :class:`gradcore.experiments.Scenario` on a seeded float64
+    :func:`gradcore.models.conv_mlp`."""
     with models.seeded(seed):
         model = models.conv_mlp(dataset.shape, dataset.num_classes, **options)
     return scenario(dataset, model, 1, seed=seed, dtype=torch.float64)
 
 
-def batch_sweep(dataset, batch_sizes: Sequence[int], regularisers: Sequence[str], model_options: dict, attack_options: dict,
-                weights: dict, seed: int = 0, progress: bool = True) -> dict:
+def batch_sweep(
+    dataset,
+    batch_sizes: Sequence[int],
+    regularisers: Sequence[str],
+    model_options: dict,
+    attack_options: dict,
+    weights: dict,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict:
     """``{regulariser: {B: AttackResult}}``: the same seeded batch and model for every regulariser.
 
     ``weights`` maps a regulariser to its ``lambda``; the model is ``models.build("mlp",
     ...)`` with ``model_options``, in float64 so round-off never decides a comparison.
     """
     runs: dict = {name: {} for name in regularisers}
-    cases = {size: scenario(dataset, "mlp", size, seed=seed, dtype=torch.float64, **model_options) for size in batch_sizes}
+    cases = {
+        size: scenario(dataset, "mlp", size, seed=seed, dtype=torch.float64, **model_options)
+        for size in batch_sizes
+    }
     jobs = [(name, size) for name in regularisers for size in batch_sizes]
-    for name, size in tqdm(jobs, desc=f"batch sweep ({dataset.name})", disable=not progress, file=sys.stderr, mininterval=2.0, ncols=80):
-        runs[name][size] = cases[size].attack("regularised_matching", regulariser=name, weight=weights.get(name, 0.0),
-                                              seed=seed, **attack_options)
+    for name, size in tqdm(
+        jobs,
+        desc=f"batch sweep ({dataset.name})",
+        disable=not progress,
+        file=sys.stderr,
+        mininterval=2.0,
+        ncols=80,
+    ):
+        runs[name][size] = cases[size].attack(
+            "regularised_matching",
+            regulariser=name,
+            weight=weights.get(name, 0.0),
+            seed=seed,
+            **attack_options,
+        )
     return runs
 
 
@@ -61,12 +85,27 @@ class SaturationSweep:
 
     def rows(self) -> list[list]:
         """Per scale: median saturated share, median and largest final MSE."""
-        return [[scale, float(np.median(self.shares[scale])), float(np.median(self.final_mse[scale])),
-                 float(np.max(self.final_mse[scale]))] for scale in self.shares]
+        return [
+            [
+                scale,
+                float(np.median(self.shares[scale])),
+                float(np.median(self.final_mse[scale])),
+                float(np.max(self.final_mse[scale])),
+            ]
+            for scale in self.shares
+        ]
 
 
-def saturation_sweep(dataset, scales: Sequence[float], draws: int, model_options: dict, attack_options: dict,
-                     threshold: float = 4.0, seed: int = 0, progress: bool = True) -> SaturationSweep:
+def saturation_sweep(
+    dataset,
+    scales: Sequence[float],
+    draws: int,
+    model_options: dict,
+    attack_options: dict,
+    threshold: float = 4.0,
+    seed: int = 0,
+    progress: bool = True,
+) -> SaturationSweep:
     """Sigmoid saturation as a failure mode (Qian et al., Sec. 2.2), over random draws.
 
     Each draw is a different digit on a fresh float64 ``mlp`` (``model_options``), seed
@@ -75,21 +114,56 @@ def saturation_sweep(dataset, scales: Sequence[float], draws: int, model_options
     hidden pre-activations outside ``[-threshold, threshold]`` is measured on that very start.
     """
     check.positive_int("draws", draws)
-    cases = scenarios(dataset, "mlp", 1, count=draws, seed=seed * 1000, distinct=True, dtype=torch.float64, **model_options)
+    cases = scenarios(
+        dataset,
+        "mlp",
+        1,
+        count=draws,
+        seed=seed * 1000,
+        distinct=True,
+        dtype=torch.float64,
+        **model_options,
+    )
     shares: dict = {scale: [] for scale in scales}
     final: dict = {scale: [] for scale in scales}
     jobs = [(scale, index) for scale in scales for index in range(draws)]
-    for scale, index in tqdm(jobs, desc="saturation sweep", disable=not progress, file=sys.stderr, mininterval=2.0, ncols=80):
+    for scale, index in tqdm(
+        jobs,
+        desc="saturation sweep",
+        disable=not progress,
+        file=sys.stderr,
+        mininterval=2.0,
+        ncols=80,
+    ):
         case, case_seed = cases[index], seed * 1000 + index
-        start = attacks.INITIALISERS["randn"]((1, *dataset.shape), torch.Generator().manual_seed(case_seed)) * scale
+        start = (
+            attacks.INITIALISERS["randn"](
+                (1, *dataset.shape), torch.Generator().manual_seed(case_seed)
+            )
+            * scale
+        )
         shares[scale].append(minimal.saturation(case.model, start.to(torch.float64), threshold))
-        result = case.attack("regularised_matching", regulariser="none", seed=case_seed, init_scale=scale, **attack_options)
+        result = case.attack(
+            "regularised_matching",
+            regulariser="none",
+            seed=case_seed,
+            init_scale=scale,
+            **attack_options,
+        )
         final[scale].append(result.final("mse"))
     return SaturationSweep(shares, final)
 
 
-def weight_sweep(dataset, batch_size: int, regularisers: Sequence[str], weights: Sequence[float], model_options: dict,
-                 attack_options: dict, seed: int = 0, known: dict | None = None) -> dict:
+def weight_sweep(
+    dataset,
+    batch_size: int,
+    regularisers: Sequence[str],
+    weights: Sequence[float],
+    model_options: dict,
+    attack_options: dict,
+    seed: int = 0,
+    known: dict | None = None,
+) -> dict:
     """``{regulariser: {lambda: final MSE}}`` on one seeded batch and model (Qian et al., Sec. 3).
 
     The source gives no ``lambda``; before a regulariser is said not to help, it is tried at
@@ -103,7 +177,9 @@ def weight_sweep(dataset, batch_size: int, regularisers: Sequence[str], weights:
     def final(name, weight):
         if weight in known.get(name, {}):
             return known[name][weight]
-        return case.attack("regularised_matching", regulariser=name, weight=weight, seed=seed, **attack_options).final("mse")
+        return case.attack(
+            "regularised_matching", regulariser=name, weight=weight, seed=seed, **attack_options
+        ).final("mse")
 
     return {name: {weight: final(name, weight) for weight in weights} for name in regularisers}
 
@@ -113,9 +189,16 @@ def weight_sweep(dataset, batch_size: int, regularisers: Sequence[str], weights:
 # ----------------------------------------------------------------------------------
 
 
-def exactness_rows(image: torch.Tensor, label: torch.Tensor, architectures: dict, activations: Sequence[str], num_classes: int,
-                   seed: int = 0) -> list[list]:
-    """The Sec. 2.2 closed form over architectures: ``[activation, network, rows used, dead rows, relative error]`` per model.
+def exactness_rows(
+    image: torch.Tensor,
+    label: torch.Tensor,
+    architectures: dict,
+    activations: Sequence[str],
+    num_classes: int,
+    seed: int = 0,
+) -> list[list]:
+    """The Sec. 2.2 closed form over architectures: ``[activation, network, rows used, dead rows,
+    relative error]`` per model.
 
     Each model is ``models.build("mlp", ...)`` in float64; the gradient is what the client
     shares; a model whose first layer passes nothing back is reported as ``blocked``.
@@ -123,7 +206,14 @@ def exactness_rows(image: torch.Tensor, label: torch.Tensor, architectures: dict
     rows = []
     for activation in activations:
         for name, widths in architectures.items():
-            model = models.build("mlp", tuple(image.shape[1:]), num_classes, seed=seed, widths=widths, activation=activation).double()
+            model = models.build(
+                "mlp",
+                tuple(image.shape[1:]),
+                num_classes,
+                seed=seed,
+                widths=widths,
+                activation=activation,
+            ).double()
             gradient = client.shared_gradient(model, image.double(), label)
             weight_gradient, bias_gradient = minimal.first_layer_gradients(model, gradient)
             try:
@@ -131,15 +221,32 @@ def exactness_rows(image: torch.Tensor, label: torch.Tensor, architectures: dict
             except check.AttackRefused:  # blocked: no live row to divide by
                 rows.append([activation, name, 0, len(bias_gradient), "blocked"])
                 continue
-            rows.append([activation, name, len(inversion.rows), inversion.dead_rows, minimal.relative_error(inversion.input, image.numpy())])
+            rows.append(
+                [
+                    activation,
+                    name,
+                    len(inversion.rows),
+                    inversion.dead_rows,
+                    minimal.relative_error(inversion.input, image.numpy()),
+                ]
+            )
     return rows
 
 
 def span_rows(dataset, batch_size: int, hidden_units: Sequence[int], seed: int = 0) -> list[list]:
-    """Proposition 2 over widths: ``[hidden units, n1 >= B, rank of dL/dW, batch outside its span]`` per width."""
+    """Proposition 2 over widths: ``[hidden units, n1 >= B, rank of dL/dW, batch outside its span]``
+    per width."""
     rows = []
     for hidden in hidden_units:
-        case = scenario(dataset, "mlp", batch_size, seed=seed, dtype=torch.float64, widths=(hidden,), activation="sigmoid")
+        case = scenario(
+            dataset,
+            "mlp",
+            batch_size,
+            seed=seed,
+            dtype=torch.float64,
+            widths=(hidden,),
+            activation="sigmoid",
+        )
         weight_gradient = case.gradient()[0].numpy()
         rank, _ = minimal.svd_solve(weight_gradient)
         residual = minimal.batch_span_residual(weight_gradient, case.inputs.flatten(1).numpy())
@@ -151,26 +258,56 @@ def compare_with_dlg(cases: dict, dlg_config: dict, iterations: int, seed: int =
     """``{name: (two-step AttackResult, DLG AttackResult)}`` on the same one-instance CNN cases.
 
     The two-step attack runs with ``deconvolution_iterations=iterations`` where it must
-    optimise; DLG (Zhu et al., 2019) runs for ``dlg_config["iterations"]`` steps with the labels known.
+    optimise; DLG (Zhu et al., 2019) runs for ``dlg_config["iterations"]`` steps with the labels
+    known.
     """
-    return {name: (case.attack("two_step", known_labels=False, iterations=iterations),
-                   case.attack("dlg", seed=seed, **dlg_config)) for name, case in cases.items()}
+    return {
+        name: (
+            case.attack("two_step", known_labels=False, iterations=iterations),
+            case.attack("dlg", seed=seed, **dlg_config),
+        )
+        for name, case in cases.items()
+    }
 
 
-def closed_form_gallery(images: torch.Tensor, labels: torch.Tensor, architectures: dict, activation: str, num_classes: int,
-                        seed: int = 0) -> list[tuple[str, torch.Tensor]]:
-    """``[(architecture, reconstructions)]``: each image attacked alone with ``minimal_mlp``, one row per MLP."""
+def closed_form_gallery(
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    architectures: dict,
+    activation: str,
+    num_classes: int,
+    seed: int = 0,
+) -> list[tuple[str, torch.Tensor]]:
+    """``[(architecture, reconstructions)]``: each image attacked alone with ``minimal_mlp``, one
+    row per MLP."""
     rows = []
     for name, widths in architectures.items():
-        model = models.build("mlp", tuple(images.shape[1:]), num_classes, seed=seed, widths=widths, activation=activation).double()
-        recovered = [attacks.attack("minimal_mlp", model, client.shared_gradient(model, image[None].double(), label[None]),
-                                    shape=images.shape[1:]).reconstruction for image, label in zip(images, labels)]
+        model = models.build(
+            "mlp",
+            tuple(images.shape[1:]),
+            num_classes,
+            seed=seed,
+            widths=widths,
+            activation=activation,
+        ).double()
+        recovered = [
+            attacks.attack(
+                "minimal_mlp",
+                model,
+                client.shared_gradient(model, image[None].double(), label[None]),
+                shape=images.shape[1:],
+            ).reconstruction
+            for image, label in zip(images, labels)
+        ]
         rows.append((name, torch.cat(recovered)))
     return rows
 
 
-def cnn_gallery(dataset, configurations: dict, count: int, dlg_config: dict, iterations: int, seed: int = 0) -> tuple:
-    """Private images ``(count, C, H, W)`` and ``{row label: reconstructions}`` of the two-step attack and DLG.
+def cnn_gallery(
+    dataset, configurations: dict, count: int, dlg_config: dict, iterations: int, seed: int = 0
+) -> tuple:
+    """Private images ``(count, C, H, W)`` and ``{row label: reconstructions}`` of the two-step
+    attack and DLG.
 
     One single-instance case per seed ``seed .. seed + count - 1`` and per ``conv_mlp``
     configuration (``{label: options}``); the images depend only on the seed, so every
@@ -191,7 +328,9 @@ class Race:
     """Result of :func:`race`: the two-step attack and DLG timed to the same accuracy target."""
 
     target: float  # relative input error both attacks must reach
-    dlg_iterations: int | None  # L-BFGS steps DLG needs to reach the target (None: not within its budget)
+    dlg_iterations: (
+        int | None
+    )  # L-BFGS steps DLG needs to reach the target (None: not within its budget)
     two_step_error: float
     two_step_seconds: float  # median over the repeats
     dlg_seconds: float | None  # median over the repeats of a DLG run stopped at ``dlg_iterations``
@@ -202,8 +341,11 @@ class Race:
         return math.inf if self.dlg_seconds is None else self.dlg_seconds / self.two_step_seconds
 
 
-def race(case, dlg_config: dict, target: float, repeats: int = 5, iterations: int = 2000, seed: int = 0) -> Race:
-    """Time the two-step attack (Qian et al., Sec. 2.3) against DLG (Zhu et al., 2019) to one accuracy target.
+def race(
+    case, dlg_config: dict, target: float, repeats: int = 5, iterations: int = 2000, seed: int = 0
+) -> Race:
+    """Time the two-step attack (Qian et al., Sec. 2.3) against DLG (Zhu et al., 2019) to one
+    accuracy target.
 
     The source says the two-step route "speeds up the overall reconstruction". A fair race
     asks both attacks for the same relative input error ``target``: one DLG run with the full
@@ -220,7 +362,9 @@ def race(case, dlg_config: dict, target: float, repeats: int = 5, iterations: in
     norm = float(truth.norm())
     scout = case.attack("dlg", seed=seed, **{**dlg_config, "record_every": 1})
     errors = [math.sqrt(mse * truth.numel()) / norm for mse in scout.history["mse"]]
-    steps = next((step for step, error in zip(scout.history["iteration"], errors) if error <= target), None)
+    steps = next(
+        (step for step, error in zip(scout.history["iteration"], errors) if error <= target), None
+    )
     two_times, dlg_times, error = [], [], math.nan
     for _ in range(repeats):
         start = time.perf_counter()
@@ -228,9 +372,19 @@ def race(case, dlg_config: dict, target: float, repeats: int = 5, iterations: in
         two_times.append(time.perf_counter() - start)
         error = minimal.relative_error(result.input, truth.numpy())
         if steps is not None:
-            run = case.attack("dlg", seed=seed, **{**dlg_config, "iterations": max(steps, 1), "record_every": max(steps, 1)})
+            run = case.attack(
+                "dlg",
+                seed=seed,
+                **{**dlg_config, "iterations": max(steps, 1), "record_every": max(steps, 1)},
+            )
             dlg_times.append(run.seconds)
-    return Race(target, steps, error, float(np.median(two_times)), float(np.median(dlg_times)) if dlg_times else None)
+    return Race(
+        target,
+        steps,
+        error,
+        float(np.median(two_times)),
+        float(np.median(dlg_times)) if dlg_times else None,
+    )
 
 
 def solvability_table(configurations: Sequence[dict], seed: int = 0, largest_rank: int = 1024):
@@ -242,14 +396,35 @@ def solvability_table(configurations: Sequence[dict], seed: int = 0, largest_ran
     """
     rng, rows = np.random.default_rng(seed), []
     for configuration in configurations:
-        shape = (configuration["kernels"], configuration["channels"], configuration["kernel_size"], configuration["kernel_size"])
+        shape = (
+            configuration["kernels"],
+            configuration["channels"],
+            configuration["kernel_size"],
+            configuration["kernel_size"],
+        )
         weight = rng.normal(size=shape)
         unknowns = configuration["channels"] * configuration["width"] ** 2
-        count = minimal.conv_counting(**configuration, **({"weight": weight} if unknowns <= largest_rank else {"largest_rank": largest_rank}))
+        count = minimal.conv_counting(
+            **configuration,
+            **({"weight": weight} if unknowns <= largest_rank else {"largest_rank": largest_rank}),
+        )
         if count.rank is not None:
             rows.append(count.row() + [f"{count.rank}/{unknowns}"])
         else:  # an SVD that size takes longer than the point is worth
             rows.append(count.row() + ["not computed"])
-    header = ["input", "k", "s", "p", "d'", "h", "h needed", "dense units", "B", "equations", "unknowns", "solvable", "rank (B=1)"]
+    header = [
+        "input",
+        "k",
+        "s",
+        "p",
+        "d'",
+        "h",
+        "h needed",
+        "dense units",
+        "B",
+        "equations",
+        "unknowns",
+        "solvable",
+        "rank (B=1)",
+    ]
     return Table("Solvability of one convolutional layer by counting", header, rows)
-

@@ -33,14 +33,18 @@ def median_norm(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tens
 
 
 def scenario_bound(case: Sequence, dataset, samples: int = 64) -> float:
-    """:func:`median_norm` of a scenario's (first) model on the first ``samples`` images of ``dataset``."""
+    """:func:`median_norm` of a scenario's (first) model on the first ``samples`` images of
+    ``dataset``."""
     first = case[0]
     device, dtype = first.inputs.device, first.inputs.dtype
-    return median_norm(first.model, dataset.images[:samples].to(device, dtype), dataset.labels[:samples].to(device))
+    return median_norm(
+        first.model, dataset.images[:samples].to(device, dtype), dataset.labels[:samples].to(device)
+    )
 
 
 def dp_spec(multiplier: float, bound: float) -> dict:
-    """The ``dp`` defense at noise multiplier ``multiplier``: clip to ``bound``, noise ``multiplier * bound``."""
+    """The ``dp`` defense at noise multiplier ``multiplier``: clip to ``bound``, noise ``multiplier
+    * bound``."""
     return {"defense": "dp", "bound": bound, "sigma": multiplier * bound}
 
 
@@ -51,13 +55,22 @@ def column(multiplier: float) -> str:
 
 def _attacked(sweep: evaluation.Evaluation, label: str) -> list[tuple[str, str]]:
     """The (scenario, attack) pairs that ran against column ``label`` (refusals left out)."""
-    return [(s, a) for s in sweep.scenarios for a in sweep.attacks
-            if sweep.ran(s, a, label) and not sweep.refused(s, a, label)]
+    return [
+        (s, a)
+        for s in sweep.scenarios
+        for a in sweep.attacks
+        if sweep.ran(s, a, label) and not sweep.refused(s, a, label)
+    ]
 
 
-def attack_sweep(attacks: Mapping[str, Mapping], scenarios: Mapping[str, Sequence], multipliers: Sequence[float],
-                 bounds: Mapping[str, float], metrics: Sequence[str] = ("mse", "psnr"),
-                 seed: int = 0) -> evaluation.Evaluation:
+def attack_sweep(
+    attacks: Mapping[str, Mapping],
+    scenarios: Mapping[str, Sequence],
+    multipliers: Sequence[float],
+    bounds: Mapping[str, float],
+    metrics: Sequence[str] = ("mse", "psnr"),
+    seed: int = 0,
+) -> evaluation.Evaluation:
     """Every attack on every one-image scenario at every noise multiplier; columns ``"z {z:g}"``.
 
     Each scenario is clipped at its own bound (``bounds``, e.g. :func:`scenario_bound`), so
@@ -66,18 +79,31 @@ def attack_sweep(attacks: Mapping[str, Mapping], scenarios: Mapping[str, Sequenc
     """
     for label, case in scenarios.items():
         if any(len(c.labels) != 1 for c in case):
-            raise ValueError(f"scenario {label!r} shares a batch; a sample-level guarantee holds for one image only")
+            raise ValueError(
+                f"scenario {label!r} shares a batch; a sample-level guarantee holds for one image "
+                "only"
+            )
     result = None
     for label, case in scenarios.items():
         columns = {column(z): dp_spec(z, bounds[label]) for z in multipliers}
-        part = evaluation.matrix(attacks, columns, {label: case}, metrics, seed, progress=False, keep_refusals=True)
+        part = evaluation.matrix(
+            attacks, columns, {label: case}, metrics, seed, progress=False, keep_refusals=True
+        )
         result = part if result is None else result.update(part)
     return result
 
 
-def utility(dataset, build, multipliers: Sequence[float], bound: float, rounds: int, seed: int = 0,
-            **federated_options) -> tuple[dict, dict]:
-    """FedSGD at every noise multiplier, twice: DP-SGD clients, and the ``dp`` defense on the batch gradient.
+def utility(
+    dataset,
+    build,
+    multipliers: Sequence[float],
+    bound: float,
+    rounds: int,
+    seed: int = 0,
+    **federated_options,
+) -> tuple[dict, dict]:
+    """FedSGD at every noise multiplier, twice: DP-SGD clients, and the ``dp`` defense on the batch
+    gradient.
 
     Both clip at ``bound`` and add noise ``z * bound``; DP-SGD clips each sample and
     divides the noisy sum by the expected batch size, the ``dp`` defense clips the batch's
@@ -88,13 +114,24 @@ def utility(dataset, build, multipliers: Sequence[float], bound: float, rounds: 
     """
     dp_sgd = {z: {"dp_sgd": {"noise_multiplier": z, "max_grad_norm": bound}} for z in multipliers}
     batch = {z: dp_spec(z, bound) for z in multipliers}
-    runs = [deployments.run(dataset, build, specs, rounds, seed=seed, progress=False, **{**federated_options, **sampling})
-            for specs, sampling in ((dp_sgd, {}), (batch, {"client_sampling": "poisson"}))]
+    runs = [
+        deployments.run(
+            dataset,
+            build,
+            specs,
+            rounds,
+            seed=seed,
+            progress=False,
+            **{**federated_options, **sampling},
+        )
+        for specs, sampling in ((dp_sgd, {}), (batch, {"client_sampling": "poisson"}))
+    ]
     return tuple({z: run.log for z, run in each.items()} for each in runs)
 
 
 def gains(sweep: evaluation.Evaluation, multipliers: Sequence[float]) -> dict:
-    """``{attack: [best PSNR over the gray guess per z]}``, best over the scenarios; ``nan`` where none ran."""
+    """``{attack: [best PSNR over the gray guess per z]}``, best over the scenarios; ``nan`` where
+    none ran."""
     out = {attack: [] for attack in sweep.attacks}
     for z in multipliers:
         pairs = _attacked(sweep, column(z))
@@ -128,18 +165,46 @@ class PrivacyRow:
 
     def cells(self) -> list:
         """The row as the chapter's table prints it."""
-        return [self.multiplier, self.sample_level.delta, self.release_epsilon, self.sample_level.epsilon["rdp"],
-                self.sample_level.epsilon["prv"], self.client_level.epsilon["rdp"], self.server_epsilon,
-                self.accuracy, self.defense_accuracy, self.best_gain, self.best_attack, self.least_lpips]
+        return [
+            self.multiplier,
+            self.sample_level.delta,
+            self.release_epsilon,
+            self.sample_level.epsilon["rdp"],
+            self.sample_level.epsilon["prv"],
+            self.client_level.epsilon["rdp"],
+            self.server_epsilon,
+            self.accuracy,
+            self.defense_accuracy,
+            self.best_gain,
+            self.best_attack,
+            self.least_lpips,
+        ]
 
-    header = ["z", "delta", "epsilon of the attacked release (exact)", "epsilon, DP-SGD, sample (RDP)", "(PRV)",
-              "epsilon, dp defense, client (RDP)", "(against the server, exact)", "accuracy, DP-SGD",
-              "accuracy, dp defense", "best PSNR over gray (dB)", "best attack", "least LPIPS-alex"]
+    header = [
+        "z",
+        "delta",
+        "epsilon of the attacked release (exact)",
+        "epsilon, DP-SGD, sample (RDP)",
+        "(PRV)",
+        "epsilon, dp defense, client (RDP)",
+        "(against the server, exact)",
+        "accuracy, DP-SGD",
+        "accuracy, dp defense",
+        "best PSNR over gray (dB)",
+        "best attack",
+        "least LPIPS-alex",
+    ]
 
 
-def rows(sweep: evaluation.Evaluation, dp_sgd_logs: Mapping[float, object], defense_logs: Mapping[float, object],
-         multipliers: Sequence[float], client_protocol: privacy.Protocol) -> list[PrivacyRow]:
-    """Join the attack sweep, the federated runs of :func:`utility` and the accountants, one row per ``z``.
+def rows(
+    sweep: evaluation.Evaluation,
+    dp_sgd_logs: Mapping[float, object],
+    defense_logs: Mapping[float, object],
+    multipliers: Sequence[float],
+    client_protocol: privacy.Protocol,
+) -> list[PrivacyRow]:
+    """Join the attack sweep, the federated runs of :func:`utility` and the accountants, one row per
+    ``z``.
 
     The sample-level guarantee is the DP-SGD run's worst-off client's
     (:func:`gradcore.privacy.deployment_guarantee`); the client-level one is what the
@@ -149,20 +214,43 @@ def rows(sweep: evaluation.Evaluation, dp_sgd_logs: Mapping[float, object], defe
     for z in multipliers:
         label, ran = column(z), _attacked(sweep, column(z))
         gain = {(s, a): sweep.gain(s, a, label) for s, a in ran}
-        (scenario, attack), best = max(gain.items(), key=lambda item: item[1]) if gain else (("", "none ran"), math.nan)
-        lpips = [v for v in (sweep.value(s, a, label, "lpips") for s, a in ran) if not math.isnan(v)]
-        seen = max(defense_logs[z].releases.values())  # the dp defense's worst-off client: updates the server read
-        out.append(PrivacyRow(z, privacy.deployment_guarantee(dp_sgd_logs[z].participation, z, client_protocol.delta),
-                              privacy.guarantee(dp_spec(z, 1.0), client_protocol), dp_sgd_logs[z].final(),
-                              defense_logs[z].final(), best, f"{attack} ({scenario})", min(lpips) if lpips else math.nan,
-                              privacy.exact_epsilon(z, 1, client_protocol.delta),
-                              privacy.exact_epsilon(z, seen, client_protocol.delta)))
+        (scenario, attack), best = (
+            max(gain.items(), key=lambda item: item[1]) if gain else (("", "none ran"), math.nan)
+        )
+        lpips = [
+            v for v in (sweep.value(s, a, label, "lpips") for s, a in ran) if not math.isnan(v)
+        ]
+        seen = max(
+            defense_logs[z].releases.values()
+        )  # the dp defense's worst-off client: updates the server read
+        out.append(
+            PrivacyRow(
+                z,
+                privacy.deployment_guarantee(
+                    dp_sgd_logs[z].participation, z, client_protocol.delta
+                ),
+                privacy.guarantee(dp_spec(z, 1.0), client_protocol),
+                dp_sgd_logs[z].final(),
+                defense_logs[z].final(),
+                best,
+                f"{attack} ({scenario})",
+                min(lpips) if lpips else math.nan,
+                privacy.exact_epsilon(z, 1, client_protocol.delta),
+                privacy.exact_epsilon(z, seen, client_protocol.delta),
+            )
+        )
     return out
 
 
-def averaged_sweep(attacks: Mapping[str, Mapping], scenarios: Mapping[str, Sequence], table: Sequence[PrivacyRow],
-                   multipliers: Sequence[float], bounds: Mapping[str, float], metrics: Sequence[str] = ("mse", "psnr"),
-                   seed: int = 0) -> tuple[evaluation.Evaluation, list[list]]:
+def averaged_sweep(
+    attacks: Mapping[str, Mapping],
+    scenarios: Mapping[str, Sequence],
+    table: Sequence[PrivacyRow],
+    multipliers: Sequence[float],
+    bounds: Mapping[str, float],
+    metrics: Sequence[str] = ("mse", "psnr"),
+    seed: int = 0,
+) -> tuple[evaluation.Evaluation, list[list]]:
     """What the deployment's cumulative guarantee covers: one sample's ``k`` releases, averaged.
 
     The DP-SGD deployment at noise multiplier ``z`` is accounted over its worst-off client's
@@ -174,25 +262,46 @@ def averaged_sweep(attacks: Mapping[str, Mapping], scenarios: Mapping[str, Seque
     RDP epsilon, best PSNR over gray, best attack]``.
     """
     by_z = {row.multiplier: row for row in table}
-    levels = {z: (by_z[z].sample_level.protocol.steps, z / math.sqrt(by_z[z].sample_level.protocol.steps))
-              for z in multipliers}
+    levels = {
+        z: (by_z[z].sample_level.protocol.steps, z / math.sqrt(by_z[z].sample_level.protocol.steps))
+        for z in multipliers
+    }
     result = None
     for label, case in scenarios.items():
-        columns = {f"z {z:g} / sqrt({k})": dp_spec(averaged, bounds[label]) for z, (k, averaged) in levels.items()}
-        part = evaluation.matrix(attacks, columns, {label: case}, metrics, seed, progress=False, keep_refusals=True)
+        columns = {
+            f"z {z:g} / sqrt({k})": dp_spec(averaged, bounds[label])
+            for z, (k, averaged) in levels.items()
+        }
+        part = evaluation.matrix(
+            attacks, columns, {label: case}, metrics, seed, progress=False, keep_refusals=True
+        )
         result = part if result is None else result.update(part)
     rows = []
     for z, (k, averaged) in levels.items():
         label = f"z {z:g} / sqrt({k})"
         gain = {(s, a): result.gain(s, a, label) for s, a in _attacked(result, label)}
-        (scenario, attack), best = max(gain.items(), key=lambda item: item[1]) if gain else (("", "none ran"), math.nan)
-        rows.append([z, k, averaged, privacy.exact_epsilon(z, k, by_z[z].sample_level.delta),
-                     by_z[z].sample_level.epsilon["rdp"], best, f"{attack} ({scenario})"])
+        (scenario, attack), best = (
+            max(gain.items(), key=lambda item: item[1]) if gain else (("", "none ran"), math.nan)
+        )
+        rows.append(
+            [
+                z,
+                k,
+                averaged,
+                privacy.exact_epsilon(z, k, by_z[z].sample_level.delta),
+                by_z[z].sample_level.epsilon["rdp"],
+                best,
+                f"{attack} ({scenario})",
+            ]
+        )
     return result, rows
 
 
-def matched(logs: Mapping[str, object], table: Sequence[PrivacyRow], tolerance: float) -> list[list]:
-    """Per deployment, the DP-SGD level of least epsilon that keeps its accuracy (within ``tolerance``).
+def matched(
+    logs: Mapping[str, object], table: Sequence[PrivacyRow], tolerance: float
+) -> list[list]:
+    """Per deployment, the DP-SGD level of least epsilon that keeps its accuracy (within
+    ``tolerance``).
 
     ``[label, accuracy, z, epsilon (RDP), DP-SGD accuracy]``; ``z`` is ``nan`` when no
     level of the sweep keeps that accuracy.
@@ -201,13 +310,25 @@ def matched(logs: Mapping[str, object], table: Sequence[PrivacyRow], tolerance: 
     for label, log in logs.items():
         kept = [row for row in table if row.accuracy >= log.final() - tolerance]
         best = min(kept, key=lambda row: row.sample_level.epsilon["rdp"]) if kept else None
-        out.append([label, log.final(), best.multiplier if best else math.nan,
-                    best.sample_level.epsilon["rdp"] if best else math.nan, best.accuracy if best else math.nan])
+        out.append(
+            [
+                label,
+                log.final(),
+                best.multiplier if best else math.nan,
+                best.sample_level.epsilon["rdp"] if best else math.nan,
+                best.accuracy if best else math.nan,
+            ]
+        )
     return out
 
 
-def floor_gains(sweep: evaluation.Evaluation, floors: Mapping[str, Sequence[float]], multipliers: Sequence[float]) -> dict:
-    """``{attack: [median gain over the floor per z, dB]}``, the best scenario's; ``nan`` where none ran.
+def floor_gains(
+    sweep: evaluation.Evaluation,
+    floors: Mapping[str, Sequence[float]],
+    multipliers: Sequence[float],
+) -> dict:
+    """``{attack: [median gain over the floor per z, dB]}``, the best scenario's; ``nan`` where none
+    ran.
 
     For attacks that answer with a plausible image whatever the gradient says (the GAN-prior
     attacks), "stopped" is not "no better than gray" but "no better than the floor"
@@ -218,7 +339,12 @@ def floor_gains(sweep: evaluation.Evaluation, floors: Mapping[str, Sequence[floa
     out: dict = {attack: [] for attack in sweep.attacks}
     for z in multipliers:
         for attack, series in out.items():
-            ran = [float(np.median(generative.gain_over(floors[s], sweep.case_mse(s, attack, column(z)))))
-                   for s in sweep.scenarios if sweep.ran(s, attack, column(z))]
+            ran = [
+                float(
+                    np.median(generative.gain_over(floors[s], sweep.case_mse(s, attack, column(z))))
+                )
+                for s in sweep.scenarios
+                if sweep.ran(s, attack, column(z))
+            ]
             series.append(max(ran) if ran else math.nan)
     return out

@@ -35,8 +35,19 @@ from .protocol import (
     observed_gradient,
 )
 
-__all__ = ["FLOWER_VERSION", "INSTALL_HINT", "Capture", "Deployment", "client_update", "load_captures", "make_round",
-           "make_setup", "observed_gradient", "require_flower", "run"]
+__all__ = [
+    "FLOWER_VERSION",
+    "INSTALL_HINT",
+    "Capture",
+    "Deployment",
+    "client_update",
+    "load_captures",
+    "make_round",
+    "make_setup",
+    "observed_gradient",
+    "require_flower",
+    "run",
+]
 
 
 @dataclass
@@ -52,20 +63,33 @@ class Deployment:
         for capture in self.captures:
             if (capture.server_round, capture.partition_id) == (server_round, partition_id):
                 return capture
-        raise check.GradcoreValueError(f"no capture of client {partition_id} in round {server_round}")
+        raise check.GradcoreValueError(
+            f"no capture of client {partition_id} in round {server_round}"
+        )
 
 
-def run(model: str, dataset: str, partitions: Sequence[Sequence[int]], schedule: Sequence[dict], seed: int = 0,
-        directory: str | Path | None = None, port: int | None = None, timeout: float = 600.0,
-        isolate: bool = True, dataset_options: dict | None = None) -> Deployment:
-    """Deploy the book's FedAvg app on Flower, on this machine, and return what the curious server captured.
+def run(
+    model: str,
+    dataset: str,
+    partitions: Sequence[Sequence[int]],
+    schedule: Sequence[dict],
+    seed: int = 0,
+    directory: str | Path | None = None,
+    port: int | None = None,
+    timeout: float = 600.0,
+    isolate: bool = True,
+    dataset_options: dict | None = None,
+) -> Deployment:
+    """Deploy the book's FedAvg app on Flower, on this machine, and return what the curious server
+    captured.
 
     Parameters
     ----------
     model : str
         A :func:`gradcore.models.build` spec, e.g. ``"mlp(widths=(512, 512))"``.
     dataset : str
-        A name in :data:`gradcore.data.DATASETS`; ``partitions[i]`` are the indices client ``i`` holds.
+        A name in :data:`gradcore.data.DATASETS`; ``partitions[i]`` are the indices client ``i``
+        holds.
     schedule : sequence of dict
         One :func:`gradcore.flower.protocol.make_round` per round.
     directory : path, optional
@@ -82,7 +106,8 @@ def run(model: str, dataset: str, partitions: Sequence[Sequence[int]], schedule:
     Raises
     ------
     GradcoreValueError
-        Flower missing or another version, a port taken, a bad setup or schedule (before anything starts).
+        Flower missing or another version, a port taken, a bad setup or schedule (before anything
+        starts).
     RuntimeError
         The deployment failed; the message holds the tail of Flower's logs.
     """
@@ -91,17 +116,27 @@ def run(model: str, dataset: str, partitions: Sequence[Sequence[int]], schedule:
         raise check.GradcoreValueError("the schedule is empty: give one make_round(...) per round")
     schedule = [protocol.make_round(**entry) for entry in schedule]
     check.number("timeout", timeout, low=0, low_open=True)
-    folder = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="gradcore-flower-"))
+    folder = (
+        Path(directory)
+        if directory is not None
+        else Path(tempfile.mkdtemp(prefix="gradcore-flower-"))
+    )
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    setup = protocol.make_setup(model, dataset, partitions, folder / "captures", seed, dataset_options)
+    setup = protocol.make_setup(
+        model, dataset, partitions, folder / "captures", seed, dataset_options
+    )
     deployment.write_app(folder, setup, schedule)
     try:
-        launched = deployment.launch(folder, len(partitions), port=port, timeout=timeout, isolate=isolate)
+        launched = deployment.launch(
+            folder, len(partitions), port=port, timeout=timeout, isolate=isolate
+        )
     except RuntimeError as error:
         raise RuntimeError(f"{error}\n(app, logs and captures kept in {folder})") from None
     captures = protocol.load_captures(setup["captures"])
-    if directory is None:  # the captures are in memory now; a temporary folder would outlive every run
+    if (
+        directory is None
+    ):  # the captures are in memory now; a temporary folder would outlive every run
         shutil.rmtree(folder, ignore_errors=True)
     return Deployment(setup, schedule, captures, launched)

@@ -33,7 +33,8 @@ def _read(context: Context) -> tuple[dict, list]:
 
 @client_app.train()
 def train(message: Message, context: Context) -> Message:
-    """One client's round: load the global model, compute its (defended) update, send the new weights."""
+    """One client's round: load the global model, compute its (defended) update, send the new
+    weights."""
     setup, schedule = _read(context)
     server_round = int(message.content["config"]["server-round"])
     partition_id = int(context.node_config["partition-id"])
@@ -41,22 +42,36 @@ def train(message: Message, context: Context) -> Message:
     images, labels = protocol.partition(setup, dataset, partition_id)
     model = protocol.global_model(setup, dataset)
     model.load_state_dict(message.content["arrays"].to_torch_state_dict())
-    update = protocol.client_update(model, images, labels, schedule[server_round - 1],
-                                    protocol.client_seed(setup, server_round, partition_id))
-    reply = RecordDict({"arrays": ArrayRecord(protocol.updated_state(model, update)),
-                        "metrics": MetricRecord({"num-examples": len(labels), "partition-id": partition_id})})
+    update = protocol.client_update(
+        model,
+        images,
+        labels,
+        schedule[server_round - 1],
+        protocol.client_seed(setup, server_round, partition_id),
+    )
+    reply = RecordDict(
+        {
+            "arrays": ArrayRecord(protocol.updated_state(model, update)),
+            "metrics": MetricRecord({"num-examples": len(labels), "partition-id": partition_id}),
+        }
+    )
     return Message(content=reply, reply_to=message)
 
 
 class CuriousFedAvg(FedAvg):
-    """FedAvg whose server keeps, per round and client, the model it sent and the weights it got back."""
+    """FedAvg whose server keeps, per round and client, the model it sent and the weights it got
+    back."""
 
     def __init__(self, setup: dict, schedule: list, **options):
         super().__init__(**options)
         self.setup, self.schedule, self.sent = setup, schedule, {}
 
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid):
-        self.sent[server_round] = {name: tensor.clone() for name, tensor in arrays.to_torch_state_dict().items()}
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ):
+        self.sent[server_round] = {
+            name: tensor.clone() for name, tensor in arrays.to_torch_state_dict().items()
+        }
         return super().configure_train(server_round, arrays, config, grid)
 
     def aggregate_train(self, server_round: int, replies):
@@ -65,9 +80,17 @@ class CuriousFedAvg(FedAvg):
             if reply.has_error():
                 continue
             metrics = reply.content["metrics"]
-            protocol.save_capture(self.setup["captures"], protocol.Capture(
-                server_round, int(metrics["partition-id"]), self.schedule[server_round - 1], self.sent[server_round],
-                reply.content["arrays"].to_torch_state_dict(), int(metrics["num-examples"])))
+            protocol.save_capture(
+                self.setup["captures"],
+                protocol.Capture(
+                    server_round,
+                    int(metrics["partition-id"]),
+                    self.schedule[server_round - 1],
+                    self.sent[server_round],
+                    reply.content["arrays"].to_torch_state_dict(),
+                    int(metrics["num-examples"]),
+                ),
+            )
         return super().aggregate_train(server_round, replies)
 
 
@@ -78,6 +101,12 @@ def main(grid: Grid, context: Context) -> None:
     torch.manual_seed(setup["seed"])
     model = protocol.global_model(setup, protocol.dataset_of(setup))
     clients = len(setup["partitions"])
-    strategy = CuriousFedAvg(setup, schedule, fraction_evaluate=0.0, min_train_nodes=clients,
-                             min_available_nodes=clients)
-    strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()), num_rounds=len(schedule), timeout=600)
+    strategy = CuriousFedAvg(
+        setup, schedule, fraction_evaluate=0.0, min_train_nodes=clients, min_available_nodes=clients
+    )
+    strategy.start(
+        grid=grid,
+        initial_arrays=ArrayRecord(model.state_dict()),
+        num_rounds=len(schedule),
+        timeout=600,
+    )

@@ -1,4 +1,5 @@
-"""Flower's deployment engine on this machine: a SuperLink and N SuperNodes on loopback, started and stopped.
+"""Flower's deployment engine on this machine: a SuperLink and N SuperNodes on loopback, started and
+stopped.
 
 The processes are Flower's own command-line tools (``flower-superlink``, ``flower-supernode``,
 ``flwr run``), exactly as an operator would start them on several hosts, here all on
@@ -38,7 +39,9 @@ from .. import validation as check
 
 #: The Flower release this module is written and tested against.
 FLOWER_VERSION = "1.42.0"
-INSTALL_HINT = f'pip install "flwr=={FLOWER_VERSION}"  (or `make venv`, which installs the test extras)'
+INSTALL_HINT = (
+    f'pip install "flwr=={FLOWER_VERSION}"  (or `make venv`, which installs the test extras)'
+)
 #: Every outbound feature of Flower switched off (telemetry, update check).
 OFFLINE_ENVIRONMENT = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
 LOOPBACK = "127.0.0.1"
@@ -56,11 +59,15 @@ def require_flower() -> str:
         raise check.GradcoreValueError(f"Flower is not installed: {INSTALL_HINT}") from None
     version = getattr(flwr, "__version__", None) or _distribution_version()
     if version != FLOWER_VERSION:
-        raise check.GradcoreValueError(f"gradcore.flower is tested with Flower {FLOWER_VERSION}, found {version}: "
-                                       f"{INSTALL_HINT}")
+        raise check.GradcoreValueError(
+            f"gradcore.flower is tested with Flower {FLOWER_VERSION}, found {version}: "
+            f"{INSTALL_HINT}"
+        )
     for tool in ("flower-superlink", "flower-supernode", "flower-superexec", "flwr"):
         if _tool(tool) is None:
-            raise check.GradcoreValueError(f"{tool} is not on PATH nor beside {sys.executable}: {INSTALL_HINT}")
+            raise check.GradcoreValueError(
+                f"{tool} is not on PATH nor beside {sys.executable}: {INSTALL_HINT}"
+            )
     return version
 
 
@@ -85,38 +92,49 @@ def free_port() -> int:
 
 
 def check_port_free(port: int) -> None:
-    """Refuse a port that another process holds, naming it (Flower's own message is a stack trace)."""
+    """Refuse a port that another process holds, naming it (Flower's own message is a stack
+    trace)."""
     check.integer("port", port, low=1, high=65535)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         try:
             probe.bind((LOOPBACK, port))
         except OSError:
-            raise check.GradcoreValueError(f"port {port} on {LOOPBACK} is taken by another process: pass another "
-                                           "port, or none to pick free ones") from None
+            raise check.GradcoreValueError(
+                f"port {port} on {LOOPBACK} is taken by another process: pass another port, or "
+                "none to pick free ones"
+            ) from None
 
 
 def _app_files(setup: dict, schedule: list) -> dict:
-    config = (f"setup = '''{json.dumps(setup)}'''\n"
-              f"schedule = '''{json.dumps(schedule)}'''\n")
+    config = f"setup = '''{json.dumps(setup)}'''\nschedule = '''{json.dumps(schedule)}'''\n"
     return {
         "pyproject.toml": (
             "[build-system]\nrequires = [\"hatchling\"]\nbuild-backend = \"hatchling.build\"\n\n"
             "[project]\nname = \"gradcore-curious\"\nversion = \"1.0.0\"\n"
-            "description = \"The gradcore book's deployment: FedAvg clients and a curious server\"\n"
+            "description = \"The gradcore book's deployment: FedAvg clients and a curious "
+            "server\"\n"
             "license = \"MIT\"\ndependencies = []\n\n"
             "[tool.hatch.build.targets.wheel]\npackages = [\".\"]\n\n"
             "[tool.flwr.app]\npublisher = \"gradcore\"\n\n"
             f"[tool.flwr.app.components]\nserverapp = \"{APP_PACKAGE}.server:app\"\n"
             f"clientapp = \"{APP_PACKAGE}.client:app\"\n\n"
-            f"[tool.flwr.app.config]\n{config}"),
-        f"{APP_PACKAGE}/__init__.py": '"""The apps live in gradcore.flower.app; this project only names them."""\n',
-        f"{APP_PACKAGE}/server.py": "from gradcore.flower import app as gradcore_app\n\napp = gradcore_app.server_app\n",
-        f"{APP_PACKAGE}/client.py": "from gradcore.flower import app as gradcore_app\n\napp = gradcore_app.client_app\n",
+            f"[tool.flwr.app.config]\n{config}"
+        ),
+        f"{APP_PACKAGE}/__init__.py": (
+            '"""The apps live in gradcore.flower.app; this project only names them."""\n'
+        ),
+        f"{APP_PACKAGE}/server.py": (
+            "from gradcore.flower import app as gradcore_app\n\napp = gradcore_app.server_app\n"
+        ),
+        f"{APP_PACKAGE}/client.py": (
+            "from gradcore.flower import app as gradcore_app\n\napp = gradcore_app.client_app\n"
+        ),
     }
 
 
 def write_app(directory: str | Path, setup: dict, schedule: list) -> Path:
-    """The Flower app project (``pyproject.toml`` and two one-line modules) for this setup and schedule."""
+    """The Flower app project (``pyproject.toml`` and two one-line modules) for this setup and
+    schedule."""
     root = Path(directory) / "app"
     for name, text in _app_files(setup, schedule).items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -132,12 +150,15 @@ def environment(home: Path) -> dict:
 
 def _connection_file(home: Path, port: int) -> None:
     home.mkdir(parents=True, exist_ok=True)
-    (home / "config.toml").write_text(f"[superlink]\ndefault = \"{CONNECTION}\"\n\n[superlink.{CONNECTION}]\n"
-                                      f"address = \"{LOOPBACK}:{port}\"\ninsecure = true\n")
+    (home / "config.toml").write_text(
+        f"[superlink]\ndefault = \"{CONNECTION}\"\n\n[superlink.{CONNECTION}]\n"
+        f"address = \"{LOOPBACK}:{port}\"\ninsecure = true\n"
+    )
 
 
 def stop_tree(pid: int, timeout: float = 10.0) -> list[int]:
-    """Terminate a process and all its descendants (SIGTERM, then SIGKILL); the PIDs that were stopped."""
+    """Terminate a process and all its descendants (SIGTERM, then SIGKILL); the PIDs that were
+    stopped."""
     try:
         root = psutil.Process(pid)
         tree = root.children(recursive=True) + [root]
@@ -154,17 +175,23 @@ def stop_tree(pid: int, timeout: float = 10.0) -> list[int]:
     return [process.pid for process in tree]
 
 
-def _wait_for_port(port: int, process: subprocess.Popen, timeout: float, name: str, log: Path) -> None:
+def _wait_for_port(
+    port: int, process: subprocess.Popen, timeout: float, name: str, log: Path
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"{name} exited with code {process.returncode} before listening on port {port}:\n"
-                               f"{_tail(log)}")
+            raise RuntimeError(
+                f"{name} exited with code {process.returncode} before listening on port {port}:\n"
+                f"{_tail(log)}"
+            )
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             if probe.connect_ex((LOOPBACK, port)) == 0:
                 return
         time.sleep(0.1)
-    raise TimeoutError(f"{name} did not listen on port {port} within {timeout:.0f} s:\n{_tail(log)}")
+    raise TimeoutError(
+        f"{name} did not listen on port {port} within {timeout:.0f} s:\n{_tail(log)}"
+    )
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -183,7 +210,8 @@ def bring_loopback_up() -> None:
 
 
 def serve(directory: str | Path) -> dict:
-    """Start the SuperLink and the SuperNodes, run the app once, stop them all; what happened, as a dict.
+    """Start the SuperLink and the SuperNodes, run the app once, stop them all; what happened, as a
+    dict.
 
     Reads ``DIRECTORY/request.json`` (clients, port, timeout, whether to set loopback up),
     writes each process's output under ``DIRECTORY/logs`` and the summary to
@@ -204,26 +232,59 @@ def serve(directory: str | Path) -> dict:
 
     def spawn(name: str, arguments: list) -> subprocess.Popen:
         log = (logs / f"{name}.log").open("w")
-        process = subprocess.Popen([_tool(arguments[0]), *arguments[1:]], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   cwd=directory, start_new_session=True)
+        process = subprocess.Popen(
+            [_tool(arguments[0]), *arguments[1:]],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=directory,
+            start_new_session=True,
+        )
         started.append(process)
         summary["pids"].append(process.pid)
         return process
 
     try:
-        superlink = spawn("superlink", ["flower-superlink", "--insecure", "--host", LOOPBACK, "--port", str(port),
-                                        "--disable-runtime-dependency-installation"])
+        superlink = spawn(
+            "superlink",
+            [
+                "flower-superlink",
+                "--insecure",
+                "--host",
+                LOOPBACK,
+                "--port",
+                str(port),
+                "--disable-runtime-dependency-installation",
+            ],
+        )
         _wait_for_port(port, superlink, request["timeout"], "the SuperLink", logs / "superlink.log")
         for partition_id in range(request["clients"]):
             node_port = free_port()
-            spawn(f"supernode-{partition_id}", [
-                "flower-supernode", "--insecure", "--superlink", f"{LOOPBACK}:{port}", "--host", LOOPBACK,
-                "--port", str(node_port),
-                "--node-config", f"partition-id={partition_id} num-partitions={request['clients']}"])
+            spawn(
+                f"supernode-{partition_id}",
+                [
+                    "flower-supernode",
+                    "--insecure",
+                    "--superlink",
+                    f"{LOOPBACK}:{port}",
+                    "--host",
+                    LOOPBACK,
+                    "--port",
+                    str(node_port),
+                    "--node-config",
+                    f"partition-id={partition_id} num-partitions={request['clients']}",
+                ],
+            )
         summary["started_seconds"] = time.perf_counter() - start
         with (logs / "run.log").open("w") as log:
-            run = subprocess.run([_tool("flwr"), "run", str(directory / "app"), CONNECTION, "--stream"], env=env,
-                                 stdout=log, stderr=subprocess.STDOUT, cwd=directory, timeout=request["timeout"])
+            run = subprocess.run(
+                [_tool("flwr"), "run", str(directory / "app"), CONNECTION, "--stream"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=directory,
+                timeout=request["timeout"],
+            )
         summary["run_returncode"] = run.returncode
     finally:
         for process in reversed(started):
@@ -234,7 +295,8 @@ def serve(directory: str | Path) -> dict:
 
 
 def network_isolation() -> list[str] | None:
-    """The command prefix that runs a process in a new network namespace holding only loopback, or None.
+    """The command prefix that runs a process in a new network namespace holding only loopback, or
+    None.
 
     ``unshare --user --map-root-user --net`` needs unprivileged user namespaces (or root); where
     the kernel refuses them the deployment runs on the host's loopback instead, and says so.
@@ -250,7 +312,8 @@ def network_isolation() -> list[str] | None:
 
 @dataclass
 class Launch:
-    """What :func:`launch` observed of a deployment: time, memory, processes and every socket's two ends."""
+    """What :func:`launch` observed of a deployment: time, memory, processes and every socket's two
+    ends."""
 
     seconds: float
     peak_memory_bytes: int
@@ -262,8 +325,14 @@ class Launch:
 
     @property
     def addresses(self) -> set:
-        """Every IP address the deployment's sockets were bound or connected to (the null address left out)."""
-        return {ip for local, remote in self.sockets for ip, port in (local, remote) if not _null(ip, port)}
+        """Every IP address the deployment's sockets were bound or connected to (the null address
+        left out)."""
+        return {
+            ip
+            for local, remote in self.sockets
+            for ip, port in (local, remote)
+            if not _null(ip, port)
+        }
 
     @property
     def foreign_addresses(self) -> list:
@@ -273,8 +342,12 @@ class Launch:
         0.0.0.0 included: it would accept connections from the network), or its remote end is
         anything but loopback; a listener's remote end, the null address, is not a remote.
         """
-        return sorted(f"{_endpoint(*local)} -> {_endpoint(*remote)}" for local, remote in self.sockets
-                      if not (_loopback(local[0]) or _null(*local)) or not (_loopback(remote[0]) or _null(*remote)))
+        return sorted(
+            f"{_endpoint(*local)} -> {_endpoint(*remote)}"
+            for local, remote in self.sockets
+            if not (_loopback(local[0]) or _null(*local))
+            or not (_loopback(remote[0]) or _null(*remote))
+        )
 
 
 def _loopback(address: str) -> bool:
@@ -282,7 +355,8 @@ def _loopback(address: str) -> bool:
 
 
 def _null(address: str, port: int) -> bool:
-    """The unspecified address with port 0: no remote end (a listener), or a socket not yet bound."""
+    """The unspecified address with port 0: no remote end (a listener), or a socket not yet
+    bound."""
     return address in ("0.0.0.0", "::") and port == 0
 
 
@@ -294,7 +368,9 @@ def _hex_address(text: str) -> str:
     raw = bytes.fromhex(text)
     if len(raw) == 4:
         return socket.inet_ntop(socket.AF_INET, raw[::-1])
-    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))  # four little-endian 32-bit words
+    words = b"".join(
+        raw[i : i + 4][::-1] for i in range(0, 16, 4)
+    )  # four little-endian 32-bit words
     return socket.inet_ntop(socket.AF_INET6, words)
 
 
@@ -304,7 +380,8 @@ def _hex_endpoint(text: str) -> tuple[str, int]:
 
 
 def socket_endpoints(pid: int) -> set:
-    """``((local ip, port), (remote ip, port))`` of the process's TCP and UDP sockets, in its own network namespace.
+    """``((local ip, port), (remote ip, port))`` of the process's TCP and UDP sockets, in its own
+    network namespace.
 
     psutil reads the caller's ``/proc/net``, blind to a namespace the process was moved into; this
     reads ``/proc/PID/net/*`` and keeps the sockets whose inodes the process holds.
@@ -341,30 +418,53 @@ def _observe(root, seen: dict, sockets: set) -> int:
     return memory
 
 
-def launch(directory: str | Path, clients: int, port: int | None = None, timeout: float = 600.0,
-           isolate: bool = True) -> Launch:
-    """Run :func:`serve` in its own process (and network namespace), watch it, and leave nothing running."""
+def launch(
+    directory: str | Path,
+    clients: int,
+    port: int | None = None,
+    timeout: float = 600.0,
+    isolate: bool = True,
+) -> Launch:
+    """Run :func:`serve` in its own process (and network namespace), watch it, and leave nothing
+    running."""
     directory = Path(directory)
     if port is not None:
         check_port_free(port)
     prefix = network_isolation() if isolate else None
-    (directory / "request.json").write_text(json.dumps({"clients": clients, "port": port, "timeout": timeout,
-                                                        "loopback_up": prefix is not None}))
+    (directory / "request.json").write_text(
+        json.dumps(
+            {
+                "clients": clients,
+                "port": port,
+                "timeout": timeout,
+                "loopback_up": prefix is not None,
+            }
+        )
+    )
     command = [*(prefix or []), sys.executable, "-c", SERVE, str(directory)]
     seen, sockets, peak = {}, set(), 0
     start = time.perf_counter()
-    child = subprocess.Popen(command, stdout=(directory / "serve.log").open("w"), stderr=subprocess.STDOUT,
-                             start_new_session=True)
+    child = subprocess.Popen(
+        command,
+        stdout=(directory / "serve.log").open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     root = psutil.Process(child.pid)
     try:
         while child.poll() is None:
             if time.perf_counter() - start > timeout + 60:
-                raise TimeoutError(f"the Flower deployment ran past {timeout + 60:.0f} s; logs under {directory / 'logs'}")
+                raise TimeoutError(
+                    f"the Flower deployment ran past {timeout + 60:.0f} s; logs under "
+                    f"{directory / 'logs'}"
+                )
             peak = max(peak, _observe(root, seen, sockets))
             time.sleep(0.2)
     finally:
         stop_tree(child.pid)
-        for pid in seen:  # the serve process is gone: stop any orphan of its tree (a new session each)
+        for (
+            pid
+        ) in seen:  # the serve process is gone: stop any orphan of its tree (a new session each)
             with contextlib.suppress(psutil.Error):
                 if psutil.Process(pid).create_time() == seen[pid]:
                     stop_tree(pid)
@@ -372,10 +472,14 @@ def launch(directory: str | Path, clients: int, port: int | None = None, timeout
     served_path = directory / "served.json"
     served = json.loads(served_path.read_text()) if served_path.exists() else {}
     if child.returncode != 0 or served.get("run_returncode") != 0:
-        raise RuntimeError(f"the Flower deployment failed (exit {child.returncode}, flwr run "
-                           f"{served.get('run_returncode')}):\n{_tail(directory / 'serve.log')}\n--- flwr run:\n"
-                           f"{_tail(directory / 'logs' / 'run.log')}")
-    return Launch(time.perf_counter() - start, peak, prefix is not None, served, len(seen), sockets, left)
+        raise RuntimeError(
+            f"the Flower deployment failed (exit {child.returncode}, flwr run "
+            f"{served.get('run_returncode')}):\n{_tail(directory / 'serve.log')}\n--- flwr run:\n"
+            f"{_tail(directory / 'logs' / 'run.log')}"
+        )
+    return Launch(
+        time.perf_counter() - start, peak, prefix is not None, served, len(seen), sockets, left
+    )
 
 
 def _alive(pid: int, created: float) -> bool:
@@ -384,4 +488,3 @@ def _alive(pid: int, created: float) -> bool:
         return process.create_time() == created and process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-

@@ -36,62 +36,99 @@ from .. import validation as check
 DP_SGD_KEYS = ("noise_multiplier", "max_grad_norm", "batch_size")
 
 
-def make_setup(model: str, dataset: str, partitions: Sequence[Sequence[int]], captures: str | Path, seed: int = 0,
-               dataset_options: Mapping | None = None) -> dict:
-    """A deployment's setup: ``partitions[i]`` are the indices of ``dataset`` that client ``i`` holds."""
+def make_setup(
+    model: str,
+    dataset: str,
+    partitions: Sequence[Sequence[int]],
+    captures: str | Path,
+    seed: int = 0,
+    dataset_options: Mapping | None = None,
+) -> dict:
+    """A deployment's setup: ``partitions[i]`` are the indices of ``dataset`` that client ``i``
+    holds."""
     check.integer("seed", seed)
     if not partitions or any(len(part) == 0 for part in partitions):
-        raise check.GradcoreValueError(f"every client needs at least one image; got partitions {list(partitions)}")
+        raise check.GradcoreValueError(
+            f"every client needs at least one image; got partitions {list(partitions)}"
+        )
     data.DATASETS[dataset]  # an unknown name fails here, naming the known ones
     models.parse(model)
-    return {"model": model, "dataset": dataset, "dataset_options": dict(dataset_options or {}),
-            "partitions": [[int(i) for i in part] for part in partitions], "captures": str(captures), "seed": seed}
+    return {
+        "model": model,
+        "dataset": dataset,
+        "dataset_options": dict(dataset_options or {}),
+        "partitions": [[int(i) for i in part] for part in partitions],
+        "captures": str(captures),
+        "seed": seed,
+    }
 
 
-def make_round(label: str, defense: Mapping | None = None, lr: float = 0.1, local: Mapping | None = None,
-               dp_sgd: Mapping | None = None) -> dict:
+def make_round(
+    label: str,
+    defense: Mapping | None = None,
+    lr: float = 0.1,
+    local: Mapping | None = None,
+    dp_sgd: Mapping | None = None,
+) -> dict:
     """One round of the schedule: every client's update that round (see the module docstring)."""
     check.number("lr", lr, low=0, low_open=True)
     if defense is not None and dp_sgd is not None:
         raise check.GradcoreValueError(f"round {label!r}: give a defense or DP-SGD, not both")
     if dp_sgd is not None and sorted(dp_sgd) != sorted(DP_SGD_KEYS):
-        raise check.GradcoreValueError(f"round {label!r}: DP-SGD takes exactly {', '.join(DP_SGD_KEYS)}; got {sorted(dp_sgd)}")
+        raise check.GradcoreValueError(
+            f"round {label!r}: DP-SGD takes exactly {', '.join(DP_SGD_KEYS)}; got {sorted(dp_sgd)}"
+        )
     if dp_sgd is not None and local is not None:
-        raise check.GradcoreValueError(f"round {label!r}: DP-SGD here is one step (FedSGD); drop local")
+        raise check.GradcoreValueError(
+            f"round {label!r}: DP-SGD here is one step (FedSGD); drop local"
+        )
     check.local_training("local", {"lr": lr, **local} if local is not None else None)
     spec = dict(defense) if defense is not None else None
     if spec is not None and specs.defense_spec(spec).name is not None:
         read = specs.defense_spec(spec)
         defenses.check_options(read.name, defenses.DEFENSES[read.name], dict(read.options))
-    return {"label": str(label), "defense": spec, "dp_sgd": dict(dp_sgd) if dp_sgd else None, "lr": float(lr),
-            "local": dict(local) if local else None}
+    return {
+        "label": str(label),
+        "defense": spec,
+        "dp_sgd": dict(dp_sgd) if dp_sgd else None,
+        "lr": float(lr),
+        "local": dict(local) if local else None,
+    }
 
 
 def dataset_of(setup: Mapping) -> data.Dataset:
     return data.load(setup["dataset"], **setup["dataset_options"])
 
 
-def partition(setup: Mapping, dataset: data.Dataset, partition_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def partition(
+    setup: Mapping, dataset: data.Dataset, partition_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The images and labels client ``partition_id`` holds."""
     if not 0 <= partition_id < len(setup["partitions"]):
-        raise check.GradcoreValueError(f"partition-id {partition_id} out of range: the setup has "
-                                       f"{len(setup['partitions'])} clients")
+        raise check.GradcoreValueError(
+            f"partition-id {partition_id} out of range: the setup has {len(setup['partitions'])} "
+            "clients"
+        )
     indices = torch.tensor(setup["partitions"][partition_id])
     return dataset.images[indices], dataset.labels[indices]
 
 
 def global_model(setup: Mapping, dataset: data.Dataset) -> nn.Module:
     """The model the server starts from (seeded by the setup)."""
-    return models.build(setup["model"], tuple(dataset.images.shape[1:]), len(dataset.classes), seed=setup["seed"])
+    return models.build(
+        setup["model"], tuple(dataset.images.shape[1:]), len(dataset.classes), seed=setup["seed"]
+    )
 
 
 def client_seed(setup: Mapping, server_round: int, partition_id: int) -> int:
-    """The seed of a client's defense in one round: different per round and client, fixed per deployment."""
+    """The seed of a client's defense in one round: different per round and client, fixed per
+    deployment."""
     return 1000 * int(setup["seed"]) + 10 * int(server_round) + int(partition_id)
 
 
-def client_update(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, round_spec: Mapping,
-                  seed: int) -> grads.Gradient:
+def client_update(
+    model: nn.Module, images: torch.Tensor, labels: torch.Tensor, round_spec: Mapping, seed: int
+) -> grads.Gradient:
     """``theta_0 - theta_1``: what the client's training moves its weights by, after its defense.
 
     One local step (``local`` is None) moves them by ``lr`` times the shared gradient: the
@@ -103,12 +140,24 @@ def client_update(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, 
     name = spec.pop("defense", None)
     lr = round_spec["lr"]
     if round_spec["dp_sgd"] is not None:
-        gradient, _ = privacy.dp_sgd_gradient(model, images, labels, seed=seed, **round_spec["dp_sgd"])
+        gradient, _ = privacy.dp_sgd_gradient(
+            model, images, labels, seed=seed, **round_spec["dp_sgd"]
+        )
         return tuple(lr * g for g in gradient)
     if round_spec["local"] is not None:
-        return sharing.share(model, images, labels, defense=name, seed=seed,
-                             local={"lr": lr, **round_spec["local"]}, **spec)
-    return tuple(lr * g for g in sharing.shared_gradient(model, images, labels, defense=name, seed=seed, **spec))
+        return sharing.share(
+            model,
+            images,
+            labels,
+            defense=name,
+            seed=seed,
+            local={"lr": lr, **round_spec["local"]},
+            **spec,
+        )
+    return tuple(
+        lr * g
+        for g in sharing.shared_gradient(model, images, labels, defense=name, seed=seed, **spec)
+    )
 
 
 def updated_state(model: nn.Module, update: Sequence[torch.Tensor]) -> dict:
@@ -122,7 +171,8 @@ def updated_state(model: nn.Module, update: Sequence[torch.Tensor]) -> dict:
 
 @dataclass(frozen=True)
 class Capture:
-    """What the curious server recorded of one client in one round: the model sent, the model returned."""
+    """What the curious server recorded of one client in one round: the model sent, the model
+    returned."""
 
     server_round: int
     partition_id: int
@@ -143,9 +193,17 @@ def capture_path(directory: str | Path, server_round: int, partition_id: int) ->
 def save_capture(directory: str | Path, capture: Capture) -> Path:
     path = capture_path(directory, capture.server_round, capture.partition_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"server_round": capture.server_round, "partition_id": capture.partition_id,
-                "round_spec": json.dumps(capture.round_spec), "sent": capture.sent, "returned": capture.returned,
-                "num_examples": capture.num_examples}, path)
+    torch.save(
+        {
+            "server_round": capture.server_round,
+            "partition_id": capture.partition_id,
+            "round_spec": json.dumps(capture.round_spec),
+            "sent": capture.sent,
+            "returned": capture.returned,
+            "num_examples": capture.num_examples,
+        },
+        path,
+    )
     return path
 
 
@@ -153,12 +211,22 @@ def load_captures(directory: str | Path) -> list[Capture]:
     """Every capture the server wrote under ``directory``, by round then client."""
     paths = sorted(Path(directory).glob("round*-client*.pt"))
     if not paths:
-        raise check.GradcoreValueError(f"no captures under {directory}: did the deployment run (gradcore.flower.run)?")
+        raise check.GradcoreValueError(
+            f"no captures under {directory}: did the deployment run (gradcore.flower.run)?"
+        )
     out = []
     for path in paths:
         raw = torch.load(path, weights_only=True)
-        out.append(Capture(raw["server_round"], raw["partition_id"], json.loads(raw["round_spec"]), raw["sent"],
-                           raw["returned"], raw["num_examples"]))
+        out.append(
+            Capture(
+                raw["server_round"],
+                raw["partition_id"],
+                json.loads(raw["round_spec"]),
+                raw["sent"],
+                raw["returned"],
+                raw["num_examples"],
+            )
+        )
     return out
 
 
@@ -182,6 +250,8 @@ def observed_gradient(model: nn.Module, capture: Capture) -> grads.Gradient:
     with the unrolled attack of the Inverting Gradients chapter instead.
     """
     if capture.round_spec["local"] is not None:
-        raise check.GradcoreValueError(f"round {capture.server_round} ({capture.label}) trained locally for several "
-                                       "steps: its update is not one gradient; use observed_update")
+        raise check.GradcoreValueError(
+            f"round {capture.server_round} ({capture.label}) trained locally for several steps: "
+            "its update is not one gradient; use observed_update"
+        )
     return tuple(step / capture.round_spec["lr"] for step in observed_update(model, capture))
