@@ -137,7 +137,10 @@ def test_flower_missing_is_a_clear_error(monkeypatch):
 
 
 def test_a_real_deployment_captures_what_gradcore_computes_and_leaves_nothing_behind(tmp_path):
-    """Two SuperNodes, two rounds (a defended FedSGD step, then two local FedAvg steps): about 80 s on two idle cores, measured; each client process spends 4.5 s importing torch and flwr."""
+    """Two SuperNodes, two rounds (a defended FedSGD step, then two local FedAvg steps).
+
+    About 80 s on two idle cores (measured); each client process spends 4.5 s importing torch and flwr.
+    """
     pytest.importorskip("flwr")
     schedule = [flower.make_round("noise", {"defense": "noise", "sigma": 0.01}, lr=0.5),
                 flower.make_round("fedavg", lr=0.1, local={"epochs": 2, "batch_size": 1})]
