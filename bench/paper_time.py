@@ -193,12 +193,12 @@ def dlg(device: str) -> list:
 
 
 def what_protects(device: str) -> list:
-    from gradcore.analysis import exclusivity
+    from gradcore.experiments import protection
 
     s = papers.WHAT_PROTECTS.settings("paper")
     digits, photos = data.load("digits"), data.load("photos", size=s.photo_size)
-    mlp = lambda: exclusivity.reduced_mlp(digits.shape, digits.num_classes, s.mlp_widths, seed=0, reduce=False)  # noqa: E731
-    cnn = lambda: exclusivity.hybrid_cnn(photos.shape, photos.num_classes, **s.hybrid, seed=0)  # noqa: E731
+    build_mlp, build_cnn = protection.mlp_builder(digits, s.mlp_widths), protection.hybrid_cnn_builder(photos, s.hybrid)
+    mlp, cnn = (lambda: build_mlp(0)), (lambda: build_cnn(0))  # noqa: E731
     scenarios = {"digits MLP, 1 image": (lambda: experiments.scenario(digits, mlp(), 1, device=device), s.images),
                  "digits MLP, batch": (lambda: experiments.scenario(digits, mlp(), s.batch, device=device), 1),
                  "photos LeNet, 1 image": (lambda: experiments.scenario(photos, "lenet", 1, device=device), s.images),
