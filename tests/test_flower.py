@@ -121,6 +121,24 @@ def test_socket_endpoints_see_a_listening_socket_and_judge_it():
     assert wide.foreign_addresses == ["0.0.0.0:8080 -> 0.0.0.0:0", "10.0.0.5:40000 -> 93.184.216.34:443"]
 
 
+def test_socket_tables_are_read_once_per_network_namespace(monkeypatch):
+    """Watching a deployment reads each namespace's socket tables once per look, not once per
+    process; what is found is the same as reading them afresh."""
+    reads = []
+    real = deployment._socket_tables
+    monkeypatch.setattr(deployment, "_socket_tables", lambda pid: reads.append(pid) or real(pid))
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        tables, pid = {}, psutil.Process().pid
+        first = deployment.socket_endpoints(pid, tables)
+        second = deployment.socket_endpoints(pid, tables)
+        assert (("127.0.0.1", port), ("0.0.0.0", 0)) in first and first == second
+        assert len(reads) == 1 and len(tables) == 1
+        assert deployment.socket_endpoints(pid) == first and len(reads) == 2
+
+
 def test_a_taken_port_is_refused_by_number():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
         holder.bind(("127.0.0.1", 0))
