@@ -34,6 +34,19 @@ def test_digits(digits):
     assert repr(digits) == "Dataset('digits': 1797 images of shape (1, 8, 8), 10 classes)"
 
 
+def test_digits_read_without_sklearn_are_load_digits_bit_for_bit(monkeypatch):
+    """The digits come from scikit-learn's own file without importing sklearn.datasets (1.5 s),
+    and, where that file is not found, from load_digits: the same tensors either way."""
+    from sklearn.datasets import load_digits
+
+    reference = torch.tensor(load_digits().images / 16.0, dtype=torch.float32).unsqueeze(1)
+    direct = data.load("digits")
+    assert torch.equal(direct.images, reference)
+    monkeypatch.setattr(data.importlib.util, "find_spec", lambda name: None)
+    fallback = data.load("digits")
+    assert torch.equal(fallback.images, reference) and torch.equal(fallback.labels, direct.labels)
+
+
 def test_digits_limit_and_load_by_name():
     subset = data.load("digits", limit=5)
     assert len(subset) == 5 and subset.images.shape == (5, 1, 8, 8)
