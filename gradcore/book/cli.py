@@ -215,9 +215,11 @@ def chapter_jobs(
     return result
 
 
-def smoke_jobs(root: Path, data: Path, names=None, fixtures: bool = True) -> list:
+def smoke_jobs(
+    root: Path, data: Path, names=None, fixtures: bool = True, workers: int | None = None
+) -> list:
     """The fixtures (unless real data is given), then every chapter's paper profile with its budgets
-    cut."""
+    cut, in one kernel per core (``workers``; default: as many as run at once)."""
     result = []
     after = ()
     if fixtures:
@@ -236,17 +238,26 @@ def smoke_jobs(root: Path, data: Path, names=None, fixtures: bool = True) -> lis
         )
         after = ("smoke fixtures",)
     estimates = _estimates(root, "paper-smoke")
-    for name in names or layout.chapters(root):
-        # The paper profile takes every core; smoke runs measure nothing, so they take one like
-        # every job.
+    environment = {"GRADCORE_DATA": str(data), "GRADCORE_THREADS": "1"}
+    # The paper profile takes every core; smoke runs measure nothing, so they take one like every
+    # job. Chapters that keep a core busy share a kernel, one group per core
+    # (execution.execute_smoke_runs: each kernel's start and imports paid once); one that mostly
+    # waits (Flower) runs on its own, beside them.
+    names = list(names or layout.chapters(root))
+    cores = {name: layout.chapter_cores(root, name) for name in names}
+    busy = sorted((n for n in names if cores[n] >= 1), key=lambda n: -estimates.get(n, 20.0))
+    groups: list[list[str]] = [[] for _ in range(min(len(busy), workers or jobs.default_workers()))]
+    for name in busy:  # the longest first, each to the group with the least so far
+        min(groups, key=lambda g: sum(estimates.get(n, 20.0) for n in g)).append(name)
+    for group in [*groups, *([n] for n in names if cores[n] < 1)]:
         result.append(
             jobs.Job(
-                f"smoke {name}",
-                _gradcore("run", name, "--profile", "paper", "--smoke"),
-                estimates.get(name, 20.0),
+                f"smoke {', '.join(group)}",
+                _gradcore("run", *group, "--profile", "paper", "--smoke"),
+                sum(estimates.get(n, 20.0) for n in group),
                 after,
-                {"GRADCORE_DATA": str(data), "GRADCORE_THREADS": "1"},
-                cores=layout.chapter_cores(root, name),
+                environment,
+                cores=min(cores[n] for n in group),
             )
         )
     return result
@@ -333,9 +344,23 @@ def cmd_list(root: Path, args) -> int:
 
 def cmd_run(root: Path, args) -> int:
     params = dict(args.param or [])
+    if len(args.chapter) > 1:
+        if not (args.smoke and args.profile == "paper") or params or args.output or args.cell_times:
+            raise layout.PipelineError(
+                "several chapters run in one kernel only as smoke runs: `gradcore run A B "
+                "--profile paper --smoke`, without -p, --output or --cell-times"
+            )
+        written = _timed(
+            f"smoke runs of {', '.join(args.chapter)} in one kernel",
+            execution.execute_smoke_runs,
+            root,
+            args.chapter,
+        )
+        print("\n".join(f"wrote {path.relative_to(root)}" for path in written))
+        return 0
     run_chapter(
         root,
-        args.chapter,
+        args.chapter[0],
         args.profile,
         params,
         smoke=args.smoke,
@@ -355,9 +380,8 @@ def cmd_smoke(root: Path, args) -> int:
     data = Path(args.data).expanduser().resolve() if args.data else root / layout.SMOKE_DIR / "data"
     if args.data and not data.is_dir():
         raise layout.PipelineError(f"--data {data}: no such folder")
-    run_jobs(
-        root, smoke_jobs(root, data, args.chapter, fixtures=not args.data), args.jobs, "smoke runs"
-    )
+    smoke = smoke_jobs(root, data, args.chapter, not args.data, args.jobs)
+    run_jobs(root, smoke, args.jobs, "smoke runs")
     return 0
 
 
@@ -403,7 +427,8 @@ def cmd_test(root: Path, args) -> int:
     )
     # pyproject.toml's [tool.ruff] says what is checked
     lint = jobs.Job("lint", jobs.python("-m", "ruff", "check", "gradcore", "tests", "bench"), 5.0)
-    return _check(root, args, [unit, lint, *smoke_jobs(root, root / layout.SMOKE_DIR / "data")])
+    smoke = smoke_jobs(root, root / layout.SMOKE_DIR / "data", workers=args.jobs)
+    return _check(root, args, [unit, lint, *smoke])
 
 
 def cmd_tolerances(root: Path, args) -> int:
@@ -680,7 +705,11 @@ def parser() -> argparse.ArgumentParser:
         "(committed, checked, published); other profiles or parameters write "
         "notebooks/PROFILE/CHAPTER.ipynb.",
     )
-    p.add_argument("chapter")
+    p.add_argument(
+        "chapter",
+        nargs="+",
+        help="the chapter; several only with --profile paper --smoke (one kernel for all)",
+    )
     p.add_argument("--profile", default="ci", help="ci (default, what CI checks) or paper")
     p.add_argument(
         "-p",

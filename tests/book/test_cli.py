@@ -36,7 +36,7 @@ def test_test_command_schedules_every_check_as_single_threaded_jobs(repo):
     (repo / "book" / "other.md").write_text(TINY.replace("# A tiny chapter", "# Another"))
     write_fake_executed(repo, "other")
     check = cli.check_jobs(repo)
-    smoke = cli.smoke_jobs(repo, repo / "data")
+    smoke = cli.smoke_jobs(repo, repo / "data", workers=2)
     names = [job.name for job in smoke + check]
     assert names == ["smoke fixtures", "smoke other", "smoke tiny", "nbval other", "nbval tiny",
                      "jupyter-book build -W", "browser check"]
@@ -50,6 +50,29 @@ def test_test_command_schedules_every_check_as_single_threaded_jobs(repo):
     assert environment["MPLBACKEND"] is None
     assert "gradcore.book.nbval_tolerance" in by_name["nbval tiny"].command
     assert "gradcore.book.nbval_tolerance" not in cli.check_jobs(repo, exact=True)[0].command
+
+
+def test_smoke_runs_share_a_kernel_per_core_and_a_waiting_chapter_runs_alone(repo):
+    """Chapters that keep a core busy are dealt, longest first, into one kernel per worker; a
+    chapter that declares it mostly waits (cores < 1: Flower) gets a job of its own."""
+    estimates = {"tiny": 50.0, "a": 40.0, "b": 30.0, "c": 20.0}
+    (repo / "notebooks" / "status.json").write_text(json.dumps(
+        {name: {"paper-smoke": {"seconds": seconds}} for name, seconds in estimates.items()}))
+    for name in ("a", "b", "c"):
+        (repo / "book" / f"{name}.md").write_text(TINY)
+    waiting = TINY.replace("name: python3\n---", "name: python3\ngradcore:\n  cores: 0.5\n---")
+    (repo / "book" / "waits.md").write_text(waiting)
+    smoke = {job.name: job for job in cli.smoke_jobs(repo, repo / "data", workers=2)}
+    assert sorted(smoke) == ["smoke a, b", "smoke fixtures", "smoke tiny, c", "smoke waits"]
+    assert smoke["smoke tiny, c"].command[-5:] == ["tiny", "c", "--profile", "paper", "--smoke"]
+    assert smoke["smoke tiny, c"].estimate == 70.0 and smoke["smoke tiny, c"].cores == 1.0
+    assert smoke["smoke waits"].cores == 0.5
+
+
+def test_several_chapters_run_only_as_smoke_runs(repo, monkeypatch, capsys):
+    monkeypatch.chdir(repo)
+    assert cli.main(["run", "tiny", "tiny"]) == 1
+    assert "several chapters run in one kernel only as smoke runs" in capsys.readouterr().err
 
 
 def test_chapter_jobs_start_the_slowest_chapter_first(repo):

@@ -108,3 +108,40 @@ def test_a_bug_inside_an_attack_fails_the_chapter_instead_of_scoring_a_defense_w
     with pytest.raises(layout.PipelineError, match="ValueError: operands could not be broadcast"):
         execution.execute(repo, "buggy")
 
+
+
+PROBE = HEADER + """
+# A chapter that looks for what an earlier one left
+
+```{code-cell} ipython3
+:tags: [parameters]
+profile = "ci"
+```
+
+```{code-cell} ipython3
+import os
+import matplotlib.pyplot as plt
+assert "scale" not in dir() and "label" not in dir(), "a variable of the chapter before"
+assert plt.get_fignums() == [], "a figure of the chapter before"
+print("probe", profile, os.environ["GRADCORE_PROFILE"])
+```
+"""
+
+
+@pytest.mark.kernel
+def test_smoke_runs_share_one_kernel_and_none_sees_anothers_variables(repo):
+    (repo / "book" / "probe.md").write_text(PROBE)
+    written = execution.execute_smoke_runs(repo, ["tiny", "probe"])
+    assert written == [repo / "_build" / "smoke" / "tiny.ipynb", repo / "_build" / "smoke" / "probe.ipynb"]
+    probe = nbformat.read(written[1], as_version=4)
+    assert [o.text for o in probe.cells[-1].outputs] == ["probe paper paper\n"]
+
+
+@pytest.mark.kernel
+def test_a_failing_smoke_run_is_named_and_the_next_still_runs(repo):
+    (repo / "book" / "failing.md").write_text(FAILING)
+    with pytest.raises(layout.PipelineError, match="1 of 2 smoke runs failed") as caught:
+        execution.execute_smoke_runs(repo, ["failing", "tiny"])
+    assert "failing [paper] failed in cell 3 (`y = x + 1" in str(caught.value) and "boom" in str(caught.value)
+    assert (repo / "_build" / "smoke" / "tiny.ipynb").exists()
+    assert not (repo / "_build" / "smoke" / "failing.ipynb").exists()
