@@ -33,6 +33,23 @@ def test_longest_job_starts_first_and_dependants_wait(tmp_path):
     assert marker.read_text().split() == ["long", "short", "after"]
 
 
+def test_a_short_job_that_a_long_one_waits_for_starts_before_a_medium_one(tmp_path):
+    """Order by critical path: the fixtures (5 s) before the 50-s job, since 100 s wait on them."""
+    marker = tmp_path / "order.txt"
+    append = "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')"
+    job_list = [jobs.Job("medium", python(append) + [str(marker), "medium"], estimate=50),
+                jobs.Job("fixtures", python(append) + [str(marker), "fixtures"], estimate=5),
+                jobs.Job("smoke", python(append) + [str(marker), "smoke"], estimate=100, after=("fixtures",))]
+    assert jobs.critical_paths(job_list) == {"medium": 50, "fixtures": 105, "smoke": 100}
+    jobs.run(job_list, workers=1, log_dir=tmp_path, echo=lambda line: None)
+    assert marker.read_text().split() == ["fixtures", "smoke", "medium"]
+
+
+def test_jobs_that_wait_on_each_other_in_a_cycle_are_refused():
+    with pytest.raises(ValueError, match="cycle: a -> b -> a"):
+        jobs.run([jobs.Job("a", python(""), after=("b",)), jobs.Job("b", python(""), after=("a",))], workers=1)
+
+
 def test_a_failed_job_skips_its_dependants_and_not_the_others(tmp_path):
     job_list = [jobs.Job("fails", python("raise SystemExit(3)")),
                 jobs.Job("needs it", python("print('never')"), after=("fails",)),
