@@ -283,7 +283,7 @@ def _sklearn_digits() -> tuple[np.ndarray, np.ndarray]:
     reads them.
 
     Reads the file scikit-learn ships (``sklearn/datasets/data/digits.csv.gz``) the way
-    ``load_digits`` does, without importing ``sklearn.datasets``: that import took 1.5 s of
+    ``load_digits`` does, without importing ``sklearn.datasets``: that import took 0.8 s of
     every process that loads the digits here (every chapter run and output check). Falls
     back to ``load_digits`` where the file is not where this expects it.
     """

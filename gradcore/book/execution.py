@@ -227,10 +227,10 @@ RESET_NAMESPACE = "import matplotlib.pyplot as _pyplot\n_pyplot.close('all')\n%r
 def execute_smoke_runs(root, chapters, quiet: bool = False) -> list[Path]:
     """The smoke runs of several chapters, one after another in one kernel; their notebooks.
 
-    A smoke run measures nothing, and most of a short one is the kernel's start and its
-    imports: torch, gradcore, and ``torch._dynamo`` (which torch imports at the first
-    optimiser or ``torch.func`` transform), about 12 s of CPU here. One kernel pays them once;
-    three chapters' smoke runs took 37 s in one kernel against 65 s in three (measured).
+    A smoke run measures nothing, and part of a short one is the kernel's start and its imports:
+    torch, gradcore, and ``torch._dynamo`` (which torch imports at the first optimiser or
+    ``torch.func`` transform). One kernel pays them once: the nine busy chapters' smoke runs took
+    128 s of CPU in one kernel against 150 s in nine (measured on one core, bytecode cached).
     Before each chapter but the first, every figure is closed and the namespace reset
     (``%reset -f``): a chapter sees the modules an earlier one imported, never its variables.
     After a chapter fails, a new kernel runs the next one; the

@@ -400,7 +400,7 @@ def socket_endpoints(pid: int, tables: dict | None = None) -> set:
     reads ``/proc/PID/net/*`` and keeps the sockets whose inodes the process holds. ``tables``, a
     cache keyed by network namespace, lets the processes of one namespace share one read of its
     socket tables: the kernel writes out the whole table on every read (about 3 ms each), which
-    read once per process made watching a deployment cost a third of a core.
+    read once per process made watching a deployment cost a quarter of a core.
     """
     inodes = set()
     with contextlib.suppress(OSError):
