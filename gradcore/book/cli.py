@@ -245,16 +245,17 @@ def smoke_jobs(
     # waits (Flower) runs on its own, beside them.
     names = list(names or layout.chapters(root))
     cores = {name: layout.chapter_cores(root, name) for name in names}
-    busy = sorted((n for n in names if cores[n] >= 1), key=lambda n: -estimates.get(n, 20.0))
+    cost = lambda group: sum(estimates.get(n, 20.0) for n in group)  # noqa: E731
+    busy = sorted((n for n in names if cores[n] >= 1), key=lambda n: -cost([n]))
     groups: list[list[str]] = [[] for _ in range(min(len(busy), workers or jobs.default_workers()))]
     for name in busy:  # the longest first, each to the group with the least so far
-        min(groups, key=lambda g: sum(estimates.get(n, 20.0) for n in g)).append(name)
+        min(groups, key=cost).append(name)
     for group in [*groups, *([n] for n in names if cores[n] < 1)]:
         result.append(
             jobs.Job(
                 f"smoke {', '.join(group)}",
                 _gradcore("run", *group, "--profile", "paper", "--smoke"),
-                sum(estimates.get(n, 20.0) for n in group),
+                cost(group),
                 after,
                 environment,
                 cores=min(cores[n] for n in group),
