@@ -21,6 +21,20 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+
+def _vgg_layers(configuration: tuple) -> list:
+    """VGG's trunk from its configuration: each number a 3x3 convolution to that many channels
+    and a ReLU, each ``"pool"`` a 2x2 max-pooling (Simonyan and Zisserman, 2015, Table 1)."""
+    layers, channels = [], 3
+    for entry in configuration:
+        if entry == "pool":
+            layers.append(("pool", 2, 2))
+        else:
+            layers += [("conv", channels, entry, 3, 1, 1), ("relu",)]
+            channels = entry
+    return layers
+
+
 #: ``net -> (trunk layers, the indices after which a slice ends, channels of the five outputs)``.
 #: A layer is ``("conv", in, out, kernel, stride, padding)``, ``("relu",)`` or ``("pool", kernel,
 #: stride)``. AlexNet: torchvision's ``alexnet().features``; VGG16: ``vgg16().features``.
@@ -35,17 +49,8 @@ TRUNKS = {
         (64, 192, 384, 256, 256),
     ),
     "vgg": (
-        [layer for block in
-         [[("conv", 3, 64, 3, 1, 1), ("relu",), ("conv", 64, 64, 3, 1, 1), ("relu",)],
-          [("pool", 2, 2), ("conv", 64, 128, 3, 1, 1), ("relu",),
-           ("conv", 128, 128, 3, 1, 1), ("relu",)],
-          [("pool", 2, 2)] + [layer for c_in in (128, 256, 256)
-                              for layer in (("conv", c_in, 256, 3, 1, 1), ("relu",))],
-          [("pool", 2, 2)] + [layer for c_in in (256, 512, 512)
-                              for layer in (("conv", c_in, 512, 3, 1, 1), ("relu",))],
-          [("pool", 2, 2)] + [layer for _ in range(3)
-                              for layer in (("conv", 512, 512, 3, 1, 1), ("relu",))]]
-         for layer in block],
+        _vgg_layers((64, 64, "pool", 128, 128, "pool", 256, 256, 256, "pool",
+                     512, 512, 512, "pool", 512, 512, 512)),
         (4, 9, 16, 23, 30),
         (64, 128, 256, 512, 512),
     ),
