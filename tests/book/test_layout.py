@@ -142,7 +142,6 @@ def test_lpips_weights_are_installed_without_dependencies_on_every_route():
     assert command in (REPO / "pyproject.toml").read_text()  # documented beside the extras instead
 
 
-
 def test_key_findings_are_checked_at_their_claims_tables_tolerance():
     """The findings cell quotes the claims table's numbers, so another float path moves both alike:
     a tighter tolerance on the quote than on the table fails the check for nothing (the censor-
