@@ -110,3 +110,12 @@ def test_a_job_that_mostly_waits_leaves_room_for_another(tmp_path):
     assert marker.read_text().split()[:4] == ["start", "first", "end", "first"]  # one after the other
     with pytest.raises(ValueError, match="cores"):
         jobs.Job("x", ["true"], cores=0)
+
+
+def test_jobs_that_mostly_wait_run_beside_every_busy_one_but_fill_one_core_at_most():
+    busy = [jobs.Job(f"busy {i}", ["true"]) for i in range(2)]
+    waits = jobs.Job("waits", ["true"], cores=0.6)
+    assert jobs._fits(waits, busy, workers=2)  # beside both workers' busy jobs
+    assert not jobs._fits(jobs.Job("busy 3", ["true"]), [*busy, waits], workers=2)
+    assert not jobs._fits(jobs.Job("waits too", ["true"], cores=0.6), [waits], workers=2)
+    assert jobs._fits(jobs.Job("waits less", ["true"], cores=0.4), [waits], workers=2)
