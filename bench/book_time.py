@@ -94,9 +94,7 @@ def main(argv=None) -> int:
                                 times_dir=folder / "times")
         steps = {"book": book}
         if args.ci:
-            steps["test"] = [jobs.Job("unit tests", jobs.python("-m", "pytest", "tests", "-q", "-p", "no:cacheprovider"),
-                                      60.0, quiet=True),
-                             *cli.smoke_jobs(ROOT, ROOT / layout.SMOKE_DIR / "data"), *cli.check_jobs(ROOT)]
+            steps["test"] = [*cli.make_test_jobs(ROOT, workers=workers), *cli.check_jobs(ROOT)]
         result = {"machine": fingerprint(), "workers": workers, "steps": {}}
         for step, job_list in steps.items():
             t0 = time.perf_counter()

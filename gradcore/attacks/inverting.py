@@ -207,14 +207,21 @@ def inverting_gradients(
     tv_weight: float = 1e-4,
     restarts: int = 1,
     init: str = "rand",
-    signed: bool = True,
-    decay: bool | str = True,
+    signed: bool = False,
+    decay: bool | str = "cosine",
     local: dict | None = None,
     transform: Callable | None = None,
     snapshots: Sequence[int] = (),
     record_every: int = 10,
 ) -> AttackResult:
-    """Cosine gradient matching with a TV prior and signed Adam (Geiping et al., 2020, Sec. 4).
+    """Cosine gradient matching with a TV prior and Adam (Geiping et al., 2020, Sec. 4).
+
+    The paper's optimiser steps on the sign of the gradient with a tenfold step decay
+    (``papers.COSINE``: ``signed=True, decay=True``), and every chapter passes exactly
+    that. The defaults here are gradcore's own: plain Adam annealed to zero by a cosine.
+    After 500 iterations on twelve real 32x32 test images that were not used to choose
+    them (``bench/ig_floor.py``), they end a median 2.0 dB closer to the private image
+    than the paper's settings (0.4 to 6.5 dB, closer on all twelve).
 
     Parameters
     ----------
@@ -229,11 +236,11 @@ def inverting_gradients(
     init : {"rand", "randn", "gray"}
         Initialisation of the dummies.
     signed : bool
-        Step on the sign of the gradient, as the paper does.
+        Step on the sign of the gradient, as the paper does (default: the gradient itself).
     decay : bool or {"step", "cosine", "linear"}
         Step-size schedule over the budget: ``True`` or ``"step"`` is the paper's
-        tenfold decay at 3/8, 5/8 and 7/8; ``"cosine"`` and ``"linear"`` anneal to zero;
-        ``False`` keeps ``lr`` constant.
+        tenfold decay at 3/8, 5/8 and 7/8; ``"cosine"`` (the default) and ``"linear"``
+        anneal to zero; ``False`` keeps ``lr`` constant.
     local : dict, optional
         The observation is a FedAvg update after local training with these settings
         (``lr``, ``epochs``, ``batch_size``, as :func:`gradcore.gradients.local_update`);
@@ -375,6 +382,9 @@ def censor_eot(
         lr=lr,
         tv_weight=tv_weight,
         init=init,
+        # The paper's optimiser, as CENSOR's adaptive attacker uses it.
+        signed=True,
+        decay=True,
         transform=transform,
         record_every=record_every,
     )

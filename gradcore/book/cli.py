@@ -417,9 +417,10 @@ def cmd_check(root: Path, args) -> int:
     return _check(root, args, [])
 
 
-def cmd_test(root: Path, args) -> int:
-    """What CI runs: the unit tests, the paper profiles' smoke runs and every check, in one pool of
-    jobs."""
+def make_test_jobs(root: Path, workers: int | None = None) -> list:
+    """The jobs ``make test`` runs besides the checks (:func:`check_jobs`): the unit tests, the
+    Flower deployment tests, lint and the paper profiles' smoke runs (``bench/book_time.py --ci``
+    times the same list)."""
     flower_tests = "tests/test_flower.py"
 
     def pytest(*targets: str) -> list:
@@ -438,8 +439,14 @@ def cmd_test(root: Path, args) -> int:
     )
     # pyproject.toml's [tool.ruff] says what is checked
     lint = jobs.Job("lint", jobs.python("-m", "ruff", "check", "gradcore", "tests", "bench"), 5.0)
-    smoke = smoke_jobs(root, root / layout.SMOKE_DIR / "data", workers=args.jobs)
-    return _check(root, args, [unit, flower, lint, *smoke])
+    smoke = smoke_jobs(root, root / layout.SMOKE_DIR / "data", workers=workers)
+    return [unit, flower, lint, *smoke]
+
+
+def cmd_test(root: Path, args) -> int:
+    """What CI runs: the unit tests, the paper profiles' smoke runs and every check, in one pool of
+    jobs."""
+    return _check(root, args, make_test_jobs(root, workers=args.jobs))
 
 
 def cmd_tolerances(root: Path, args) -> int:
