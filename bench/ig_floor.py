@@ -18,10 +18,11 @@ Two questions the ``ig_vs_breaching.py`` bench leaves open, answered in one proc
   is attacked for ``--iterations`` (500) with the attack's defaults (gradcore's: plain Adam,
   cosine annealing) and with the paper's settings (``papers.COSINE``: signed Adam, step
   decay), paired on the same images, labels given, on the untrained ConvNet of width 64
-  (with the convolution biases of the paper's model) in eval mode, behind the paper's input scaling (CIFAR-10's per-channel mean and
-  standard deviation, as breaching's cases do); scored as dB of PSNR above a flat image
-  of the private image's mean colour (per channel). ``--raw`` drops the input scaling,
-  ``--no-bias`` the biases: the two ways an earlier version of this bench under-reported.
+  (with the convolution biases of the paper's model) in eval mode, behind the paper's input
+  scaling (CIFAR-10's per-channel mean and standard deviation, as breaching's cases do);
+  scored as dB of PSNR above a flat image of the private image's mean colour (per channel).
+  ``--raw`` drops the input scaling, ``--no-bias`` the biases: the two ways an earlier
+  version of this bench under-reported.
 
 Run from the repository root on an otherwise idle machine:
 

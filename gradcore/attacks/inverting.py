@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from .. import gradients as grads
+from .. import papers
 from .. import validation as check
 from ..defenses import censor_candidate
 from .base import ATTACKS, INITIALISERS, AttackResult, Observation, Steps, optimise
@@ -382,9 +383,9 @@ def censor_eot(
         lr=lr,
         tv_weight=tv_weight,
         init=init,
-        # The paper's optimiser, as CENSOR's adaptive attacker uses it.
-        signed=True,
-        decay=True,
+        # The paper's optimiser (signed Adam, step decay), as CENSOR's adaptive attacker uses it.
+        signed=papers.COSINE["signed"],
+        decay=papers.COSINE["decay"],
         transform=transform,
         record_every=record_every,
     )
