@@ -129,11 +129,11 @@ def attack_image(task: tuple) -> dict:
 
 
 def quality(args) -> dict:
-    """Each setting of ``args.configs`` on the first ``args.images`` photos of every set, ``args.jobs``
-    photos at once (single-threaded processes; the quality does not depend on the timing)."""
+    """Each setting of ``args.configs`` on ``args.images`` photos of every set from index ``args.start``,
+    ``args.jobs`` photos at once (single-threaded processes; the quality does not depend on the timing)."""
     tasks = [(config, name, index, args.iterations, args.raw, args.no_bias)
              for config in args.configs for name in args.sets
-             for index in range(min(args.images, len(data.load(name, **SETS[name]))))]
+             for index in range(args.start, min(args.start + args.images, len(data.load(name, **SETS[name]))))]
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         rows = list(pool.map(attack_image, tasks))
     result = {}
@@ -156,6 +156,8 @@ def quality(args) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=4, help="real test images attacked per set, for quality")
+    parser.add_argument("--start", type=int, default=0,
+                        help="first photo of each set (4: the 16 per set the defaults were never checked on)")
     parser.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS), help="which photos")
     parser.add_argument("--iterations", type=int, default=500, help="attack budget per image")
     parser.add_argument("--repeats", type=int, default=7, help="alternating repeats of the per-iteration timing")
@@ -180,7 +182,7 @@ def main(argv=None) -> int:
         "protocol": {"model": ("" if args.raw else "Normalise(CIFAR-10 mean, std) -> ") +
                      f"gradcore convnet (width 64, bias={not args.no_bias}), untrained, seed 0, eval mode",
                      "labels": "given", "images": {name: f"data.load({name!r}, **{SETS[name]})" for name in args.sets},
-                     "iterations": args.iterations, "per_iteration": f"(T({LONG}) - T({SHORT})) / {LONG - SHORT}, "
+                     "iterations": args.iterations, "first_image": args.start, "per_iteration": f"(T({LONG}) - T({SHORT})) / {LONG - SHORT}, "
                      f"median of {args.repeats} alternating repeats", "quick": args.quick},
         "cost": cost,
         "quality": quality(args),
