@@ -41,25 +41,21 @@ def parse_pip_config(listing: str) -> dict[str, list[str]]:
     """``pip config list`` output -> ``{key: [values]}``, as ``pip install`` would read it.
 
     Lines look like ``global.extra-index-url='file:///a file:///b'`` or ``:env:.find-links='/x'``;
-    other sections (``[download]``, ...) are ignored. A single-valued key keeps its strongest
-    section's value (the environment over ``[install]`` over ``[global]``); the values of a
-    repeated key (:data:`_REPEATED`) are split on whitespace and merged, duplicates dropped.
+    other sections (``[download]``, ...) are ignored. As in pip, a key takes its strongest
+    section's value (the environment over ``[install]`` over ``[global]``); the value of a
+    repeated key (:data:`_REPEATED`) is split on whitespace into its entries.
     """
-    found: dict[str, list[tuple[int, str]]] = {}
+    strongest: dict[str, tuple[int, str]] = {}
     for line in listing.splitlines():
         name, sep, raw = line.partition("=")
         section, dot, key = name.strip().rpartition(".")
         value = raw.strip().strip("'\"")
         if sep and dot and section in _SECTIONS and value:
-            found.setdefault(key, []).append((_SECTIONS.index(section), value))
-    merged: dict[str, list[str]] = {}
-    for key, ranked in found.items():
-        ranked.sort(key=lambda pair: pair[0])
-        if key in _REPEATED:
-            merged[key] = list(dict.fromkeys(part for _, value in ranked for part in value.split()))
-        else:
-            merged[key] = [ranked[-1][1]]
-    return merged
+            rank = _SECTIONS.index(section)
+            if key not in strongest or rank >= strongest[key][0]:
+                strongest[key] = (rank, value)
+    return {key: value.split() if key in _REPEATED else [value]
+            for key, (_, value) in strongest.items()}
 
 
 def uv_options(config: dict[str, list[str]]) -> tuple[list[str], dict[str, str]]:

@@ -7,16 +7,18 @@ import sys
 
 from gradcore.book import install
 
-# `pip config list` as this project's CI machines print it (a find-links folder from the
-# environment, local indexes and a version cap from the global file).
+# `pip config list` shaped like this project's CI machines' (a find-links folder from the
+# environment, local indexes and a version cap from the global file), plus a global find-links and
+# certificate that the environment overrides, an [install] index and a [download] one pip install
+# does not read.
 LISTING = """\
 :env:.cert='/etc/ssl/certs/ca-certificates.crt'
 :env:.default-timeout='180'
 :env:.find-links='/opt/wheels'
+global.find-links='/elsewhere/wheels'
 global.cert='/etc/ssl/certs/other.crt'
 global.constraint='/etc/xdg/pip/constraints.txt'
 global.extra-index-url='file:///opt/pypi/simple file:///opt/pypi-more/simple'
-global.find-links='/opt/wheels'
 install.index-url='https://mirror.example/simple'
 download.index-url='https://ignored.example/simple'
 not a setting
@@ -25,7 +27,7 @@ not a setting
 
 def test_pip_config_becomes_uv_options():
     config = install.parse_pip_config(LISTING)
-    # The environment overrides the global file; repeated values merge without duplicates.
+    # The environment overrides the global file, also for a repeated key (as in pip).
     assert config["cert"] == ["/etc/ssl/certs/ca-certificates.crt"]
     assert config["find-links"] == ["/opt/wheels"]
     assert config["extra-index-url"] == ["file:///opt/pypi/simple", "file:///opt/pypi-more/simple"]
