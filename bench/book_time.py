@@ -63,7 +63,7 @@ def markdown_table(result: dict) -> str:
                      f"{seconds(kinds.get('smoke'))} |")
     lines += [f"| {job['name']} | | {seconds(job)} | |" for job in other]
     for step, totals in result["steps"].items():
-        label = "`make book`: all chapters" if step == "book" else "`make test` without pip: all jobs"
+        label = "`make book`: all chapters" if step == "book" else "`make test` without the install: all jobs"
         lines.append(f"| **{label}** | | **{totals['wall']:.0f} / {totals['cpu']:.0f}** | |")
     machine = result["machine"]
     lines.append("")
