@@ -3,7 +3,7 @@
 ``make venv`` (and so ``make book`` and ``make test``) runs this file as a script, before gradcore
 is installed: it uses the standard library only. uv installs the pinned test environment in about
 7 s where ``pip install --no-compile`` took about 63 s (same machine, same pins, same versions; see
-the README's timing table), and every CI run pays for that install.
+the README, "Two commands"), and every CI run pays for that install.
 
 uv does not read pip's configuration, so the options that say *where* packages come from (index,
 extra indexes, find-links, constraints, certificate) are read from ``pip config list`` and passed
@@ -78,15 +78,17 @@ def uv_options(config: dict[str, list[str]]) -> tuple[list[str], dict[str, str]]
     return options, environment
 
 
-def _pip(*arguments: str) -> int:
-    return subprocess.call([sys.executable, "-m", "pip", *arguments])
+def _pip_install(*arguments: str) -> int:
+    """pip as the Makefile ran it before uv: quiet, no bytecode at install."""
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-compile"]
+    return subprocess.call([*pip, *arguments])
 
 
 def _uv() -> str | None:
     """The environment's uv, installed with pip on first use; None where that fails."""
     uv = Path(sys.executable).with_name("uv")
     if not uv.exists():
-        if _pip("install", "-q", "--no-compile", f"uv=={UV_VERSION}") != 0:
+        if _pip_install(f"uv=={UV_VERSION}") != 0:
             return None
     return str(uv) if uv.exists() else None
 
@@ -106,7 +108,7 @@ def main(arguments: list[str]) -> int:
         if subprocess.call(command, env=environment) == 0:
             return 0
         print(f"uv failed ({shlex.join(command)}); installing with pip instead", file=sys.stderr)
-    return _pip("install", "-q", "--no-compile", *arguments)
+    return _pip_install(*arguments)
 
 
 if __name__ == "__main__":
