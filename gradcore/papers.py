@@ -1083,7 +1083,7 @@ EXCLUSIVITY = PAPERS.add(
         "(arXiv:2010.13356).",
         common={
             # Sec. 4: the analysis on (784-w-w-10) ReLU FCNs on MNIST at 28x28 (widths not in the
-            # source; reduction and the hybrid CNN stay on 8x8 digits, see the chapter's data table).
+            # source; reduction and the hybrid CNN stay on 8x8 digits: the chapter's data table).
             "survey_widths": (128, 256, 512, 1024),
             "survey_batch_sizes": (2, 3, 4, 6, 8, 12),
             # "after some training": train_epochs (per profile) of Adam, as training.train does
@@ -1100,8 +1100,8 @@ EXCLUSIVITY = PAPERS.add(
             "compare_widths": (256, 256),
             "compare_batch": 4,  # the what-protects chapter's batch
             # Sec. 7.2 ("stably outperforms"): compared where DLG no longer recovers the batch;
-            # insecure batches of 8 are a minority on this network (7.5-14% of 400 random MNIST draws
-            # at seeds 0-2; 1-2.5% on the 8x8 digits), hence the many tries.
+            # insecure batches of 8 are a minority on this network (7.5-14% of 400 random MNIST
+            # draws at seeds 0-2; 1-2.5% on the 8x8 digits), hence the many tries.
             "baseline_batch": 8,
             "baseline_tries": 2000,
             # Theorem 1 (Sec. 4): the error bound of learning-based attacks grows with the batch
