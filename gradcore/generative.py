@@ -43,8 +43,8 @@ class Generator(nn.Module):
     Parameters
     ----------
     image_shape : (C, H, W)
-        The side must be ``base * 2**k``, ``base`` in 2..4 and ``k >= 1`` (8 = 4 * 2, 24 = 3 * 8, 32
-        = 4 * 8).
+        The side must be ``base * 2**k``, ``base`` in 2..7 and ``k >= 1`` (8 = 4 * 2, 24 = 3 * 8,
+        28 = 7 * 4 for MNIST, 32 = 4 * 8).
     num_classes : int
         Classes the generator is conditioned on (one-hot appended to the latent).
     latent_dim : int
@@ -70,11 +70,12 @@ class Generator(nn.Module):
                 f"the generator makes square images; got shape {tuple(image_shape)}"
             )
         base, doublings = height, 0
+        # The stem's map is the side halved while it stays even and above 4 (MNIST: 28 -> 14 -> 7).
         while base > 4 and base % 2 == 0:
             base, doublings = base // 2, doublings + 1
-        if base not in (2, 3, 4) or doublings == 0:
+        if not 2 <= base <= 7 or doublings == 0:
             raise check.GradcoreValueError(
-                f"an image side of {height} is not 2, 3 or 4 times a power of two (at least 2)"
+                f"an image side of {height} is not 2 to 7 times a power of two (at least 2)"
             )
         self.image_shape, self.num_classes, self.latent_dim, self.width = (
             (channels, height, height),

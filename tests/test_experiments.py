@@ -213,6 +213,7 @@ def test_public_data_floors_and_the_raw_baseline_comparison(digits):
         grid.add(evaluation.Cell("s", "a", defense, {"mse": value}, [], 0.0, [], 1))
     behind = gan.ahead_of_baselines(grid, "s", "a", "d", ["x", "y"])
     assert behind["strongest"] == "y" and not behind["holds"] and behind["margin"] == pytest.approx(-0.1)
+    assert behind["shown"] == "strongest baseline 0.3000, d 0.2000"
     ahead = gan.ahead_of_baselines(grid, "s", "a", "y", ["x", "d"])
     assert ahead["holds"] and ahead["margin"] == pytest.approx(0.1)
 

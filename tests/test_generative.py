@@ -13,13 +13,17 @@ import gradcore
 from gradcore import generative
 
 
-@pytest.mark.parametrize("side, stages", [(8, 2), (24, 4), (32, 4), (16, 3)])  # 8 = 4 * 2, 24 = 3 * 8, 32 = 4 * 8
+# 8 = 4 * 2, 24 = 3 * 8, 32 = 4 * 8, 28 = 7 * 4 (MNIST), 10 = 5 * 2
+@pytest.mark.parametrize("side, stages", [(8, 2), (24, 4), (32, 4), (16, 3), (28, 3), (10, 2)])
 def test_generator_doubles_its_way_to_the_image(side, stages):
     generator = generative.Generator((1, side, side), 3, latent_dim=5, width=16)
     assert len(generator.stages) == stages
-    images = generator(torch.randn(4, 5), torch.tensor([0, 1, 2, 0]))
+    labels = torch.tensor([0, 1, 2, 0])
+    images = generator(torch.randn(4, 5), labels)
     assert images.shape == (4, 1, side, side)
     assert images.min() >= 0 and images.max() <= 1  # a sigmoid at the end: pixels in [0, 1]
+    # The discriminator reads the same side down to one score per image.
+    assert generative.Discriminator((1, side, side), 3, width=16)(images, labels).shape == (4,)
 
 
 def test_features_then_decode_is_the_generator():
@@ -31,7 +35,8 @@ def test_features_then_decode_is_the_generator():
     assert torch.equal(generator.advance(generator.features(latent, labels, 1), 1, 2), generator.features(latent, labels, 2))
 
 
-@pytest.mark.parametrize("shape", [(1, 10, 10), (1, 8, 6), (1, 1, 1)])
+# 18 = 9 * 2 (a stem of 9 is above 7), 7 (no doubling), not square, nothing to double.
+@pytest.mark.parametrize("shape", [(1, 18, 18), (1, 7, 7), (1, 8, 6), (1, 1, 1)])
 def test_generator_refuses_sides_it_cannot_reach(shape):
     with pytest.raises(gradcore.GradcoreValueError):
         generative.Generator(shape, 2)
