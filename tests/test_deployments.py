@@ -130,3 +130,14 @@ def test_defended_rounds_none_in_a_spec_means_every_round(digits):
     logs = _logs(digits, "mlp", {"frozen": {"defense": "withhold", "defended_rounds": None}}, rounds=20,
                              model_options={"widths": (16,)}, defended_rounds=2, **options)
     assert logs["frozen"].accuracy == [logs["frozen"].accuracy[0]] * 3
+
+
+def test_training_and_test_is_the_split_a_run_trains_on():
+    digits = data.load("digits")
+    train, test = deployments.training_and_test(digits, 0.25, seed=3)
+    expected_train, expected_test = data.split(digits, 0.25, 3)
+    assert torch.equal(train.images, expected_train.images)
+    assert torch.equal(test.labels, expected_test.labels)
+    # The clients' data and the test set are disjoint: a public sample can come from the latter.
+    data.check_disjoint(test, train.images, "the test set")
+    assert deployments.training_and_test(train, test_set=test) == (train, test)

@@ -293,3 +293,49 @@ def test_the_noise_multiplier_is_the_registered_defenses_own_property(monkeypatc
     assert found.noise_multiplier == 1.0 and all(math.isfinite(value) for value in found.epsilon.values())
     with pytest.raises(GradcoreValueError, match="whole batch"):
         privacy.guarantee({"defense": "dp", "bound": 1.0, "sigma": 1.0}, privacy.Protocol("sample", 0.01, 10, batch_size=4))
+
+
+def _tiny_digits(count: int = 12) -> Dataset:
+    images = torch.arange(count * 4, dtype=torch.float32).reshape(count, 1, 2, 2) / (count * 4)
+    return Dataset(images, torch.arange(count) % 2, ["a", "b"], "tiny")
+
+
+def test_public_samples_exclude_every_protected_image_and_keep_order():
+    digits = _tiny_digits()
+    clients, attacked = digits.images[:5], digits.images[[7, 9]].clone()
+    other_shape = torch.zeros(3, 1, 4, 4)  # another data set's images: cannot be among these
+    public = experiment.public_samples(digits, [clients, attacked, other_shape], 3)
+    # The first three images that are neither a client's nor attacked: 5, 6, 8.
+    assert torch.equal(public.images, digits.images[[5, 6, 8]])
+    assert torch.equal(public.labels, digits.labels[[5, 6, 8]])
+    # Fewer left than asked for: all that is left, none private.
+    assert len(experiment.public_samples(digits, [clients, attacked], 100)) == 12 - 5 - 2
+
+
+def test_clipping_bounds_are_medians_on_public_samples_only():
+    digits = _tiny_digits()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2))
+
+    class Case:
+        inputs = digits.images[[7]]
+
+    Case.model = model
+    clients = digits.images[:5]
+    bounds, public = experiment.clipping_bounds({"one": [Case()]}, {"one": digits},
+                                                Dataset(clients, digits.labels[:5], ["a", "b"], "c"), 4)
+    kept = digits.images[[5, 6, 8, 9]]
+    assert torch.equal(public["one"].images, kept)
+    # The median per-sample gradient norm of those four, computed here by hand.
+    norms = []
+    for image, label in zip(kept, digits.labels[[5, 6, 8, 9]]):
+        model.zero_grad()
+        torch.nn.functional.cross_entropy(model(image[None]), label[None]).backward()
+        norms.append(torch.sqrt(sum(p.grad.double().pow(2).sum() for p in model.parameters())))
+    assert bounds["one"] == pytest.approx(float(torch.stack(norms).median()), rel=1e-6)
+
+
+def test_public_samples_refuse_a_data_set_that_is_all_private():
+    digits = _tiny_digits(4)
+    with pytest.raises(GradcoreValueError, match="every image of tiny is private"):
+        experiment.public_samples(digits, [digits.images], 2)

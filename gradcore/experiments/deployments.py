@@ -35,6 +35,23 @@ class Run(NamedTuple):
     snapshots: dict
 
 
+def training_and_test(
+    dataset: data.Dataset,
+    test_fraction: float = 0.25,
+    seed: int = 0,
+    test_set: data.Dataset | None = None,
+) -> tuple[data.Dataset, data.Dataset]:
+    """The clients' training data and the test set of a :func:`run` with these arguments.
+
+    With ``test_set``, ``dataset`` is the training set as it is; without, ``dataset`` is split
+    by :func:`gradcore.data.split`. Whatever must stay disjoint from the clients' data (the
+    public samples a DP clipping bound is set on) is checked against the first part.
+    """
+    if test_set is not None:
+        return dataset, test_set
+    return data.split(dataset, test_fraction, seed)
+
+
 def run(
     dataset: data.Dataset,
     model: str | Callable[[], nn.Module],
@@ -76,9 +93,7 @@ def run(
     dict
         ``{label: Run(log, snapshots)}``.
     """
-    train_set, test_set = (
-        (dataset, test_set) if test_set is not None else data.split(dataset, test_fraction, seed)
-    )
+    train_set, test_set = training_and_test(dataset, test_fraction, seed, test_set)
     if isinstance(model, str):
         name = model
 

@@ -16,7 +16,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-from .. import evaluation, gradients, privacy
+from .. import data, evaluation, gradients, privacy
+from .. import validation as check
 from . import deployments, generative
 
 
@@ -24,22 +25,69 @@ def median_norm(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tens
     """Median per-sample gradient norm: the clipping bound DP-SGD's authors suggest.
 
     Abadi et al. (CCS 2016, Sec. 3.1) advise clipping near the median of the unclipped
-    norms; measured here on public samples at the model's initialisation, so that the
-    bound is active for about half of the samples.
+    norms; measured at the model's initialisation, so that the bound is active for about
+    half of the samples. The guarantee holds only if the bound is set without the data it
+    protects: pass public samples (:func:`public_samples`).
     """
     per_sample = gradients.per_sample_gradients(model, images, labels)
     norms = torch.sqrt(sum(g.flatten(1).double().pow(2).sum(1) for g in per_sample))
     return float(norms.median())
 
 
-def scenario_bound(case: Sequence, dataset, samples: int = 64) -> float:
-    """:func:`median_norm` of a scenario's (first) model on the first ``samples`` images of
-    ``dataset``."""
+def public_samples(
+    dataset: data.Dataset, private: Sequence[torch.Tensor], samples: int
+) -> data.Dataset:
+    """Up to ``samples`` images of ``dataset`` that are none of the ``private`` ones, in order.
+
+    A differential-privacy guarantee covers a sample only if nothing of the mechanism was
+    chosen with it: a clipping bound measured on the attacked image or on a client's
+    training data would leak through the bound itself (Abadi et al., CCS 2016, Sec. 3.1
+    treat the bound as a hyper-parameter set without the private data). ``private`` holds
+    every image the guarantee protects (the attacked images, the clients' training sets);
+    tensors of another image shape than ``dataset``'s cannot be among its samples and are
+    skipped. The result is checked with :func:`gradcore.data.check_disjoint`.
+    """
+    check.positive_int("samples", samples)
+    shape = tuple(dataset.shape)
+    kept = [
+        images.detach().reshape(-1, *images.shape[-3:]).cpu().to(dataset.images.dtype)
+        for images in private
+        if tuple(images.shape[-3:]) == shape
+    ]
+    excluded = torch.cat(kept) if kept else dataset.images[:0]
+    try:
+        public = dataset.without(excluded, tag="public")
+    except check.GradcoreValueError as empty:  # Dataset.subset refuses an empty selection
+        raise check.GradcoreValueError(
+            f"every image of {dataset.name} is private here: a clipping bound needs public samples"
+        ) from empty
+    public = public.subset(range(min(samples, len(public))), tag="public")
+    data.check_disjoint(public, excluded, f"the public {dataset.name} a clipping bound is set on")
+    return public
+
+
+def scenario_bound(case: Sequence, public: data.Dataset) -> float:
+    """:func:`median_norm` of a scenario's (first) model on the ``public`` samples."""
     first = case[0]
     device, dtype = first.inputs.device, first.inputs.dtype
-    return median_norm(
-        first.model, dataset.images[:samples].to(device, dtype), dataset.labels[:samples].to(device)
-    )
+    return median_norm(first.model, public.images.to(device, dtype), public.labels.to(device))
+
+
+def clipping_bounds(
+    cases: Mapping[str, Sequence],
+    sources: Mapping[str, data.Dataset],
+    clients: data.Dataset,
+    samples: int,
+) -> tuple[dict[str, float], dict[str, data.Dataset]]:
+    """Each scenario's clipping bound, set on public samples of its data set.
+
+    The samples exclude every image a guarantee of the page protects: the images of every
+    scenario in ``cases`` (all are attacked) and the deployment's ``clients`` training data.
+    Returns ``({scenario: bound}, {scenario: public samples})``.
+    """
+    private = [clients.images, *(case.inputs for each in cases.values() for case in each)]
+    public = {name: public_samples(source, private, samples) for name, source in sources.items()}
+    return {name: scenario_bound(cases[name], public[name]) for name in sources}, public
 
 
 def dp_spec(multiplier: float, bound: float) -> dict:
