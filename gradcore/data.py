@@ -175,8 +175,19 @@ class Dataset:
         The GAN-prior attacks assume a generator trained on data of the private distribution,
         never on the private images themselves; this removes them.
         """
+        if not isinstance(images, torch.Tensor) or tuple(images.shape[1:]) != tuple(self.shape):
+            shape = ", ".join(map(str, self.shape))
+            raise check.GradcoreValueError(
+                f"images to remove from {self.name} must be a (N, {shape}) tensor like its "
+                f"samples; got {check.describe(images)}"
+            )
         flat = images.reshape(len(images), -1).to(self.images.dtype).cpu()
         same = (self.images.flatten(1)[:, None, :] == flat[None, :, :]).all(dim=2).any(dim=1)
+        if bool(same.all()):
+            raise check.GradcoreValueError(
+                f"every sample of {self.name} ({len(self)}) is among the {len(images)} images "
+                "removed: nothing is left"
+            )
         return self.subset(torch.nonzero(~same).flatten().numpy(), tag)
 
     def least_like(self, reference: "Dataset", count: int) -> tuple["Dataset", torch.Tensor]:
@@ -289,8 +300,14 @@ def _sklearn_digits() -> tuple[np.ndarray, np.ndarray]:
     """
     spec = importlib.util.find_spec("sklearn")
     folders = list(spec.submodule_search_locations or []) if spec is not None else []
-    path = next((Path(f) / "datasets" / "data" / "digits.csv.gz" for f in folders
-                 if (Path(f) / "datasets" / "data" / "digits.csv.gz").is_file()), None)
+    path = next(
+        (
+            Path(f) / "datasets" / "data" / "digits.csv.gz"
+            for f in folders
+            if (Path(f) / "datasets" / "data" / "digits.csv.gz").is_file()
+        ),
+        None,
+    )
     if path is None:
         from sklearn.datasets import load_digits
 

@@ -271,9 +271,13 @@ def train_gan(
         optimise_d.zero_grad()
         discriminator_loss.backward()
         optimise_d.step()
+        # The critic's own gradients are not needed for the generator's step: frozen, its backward
+        # skips them (the generator's gradient is the same, bit for bit).
+        critic.requires_grad_(False)
         generator_loss = F.softplus(-critic(augment(fake, draws, flips), fake_labels)).mean()
         optimise_g.zero_grad()
         generator_loss.backward()
+        critic.requires_grad_(True)
         optimise_g.step()
         if step % every == 0 or step == steps:
             log.steps.append(step)

@@ -86,9 +86,9 @@ GAN_BUDGETS = {
     "smoke": {
         "steps": {"digits": 2, "faces": 2},
         # CMA-ES at its least population (Hansen's default is 4 + 3 ln n, never below 4).
-        "GGL": {"generations": 2, "population": 4},
-        "GIAS": {"latent_iterations": 2, "parameter_iterations": 2},
-        "GIFD": {"latent_iterations": 2, "layer_iterations": 1},
+        "GGL": {"generations": 1, "population": 4},
+        "GIAS": {"latent_iterations": 1, "parameter_iterations": 1},
+        "GIFD": {"latent_iterations": 1, "layer_iterations": 1},
     },
 }
 #: The GAN-prior attacks as their released code runs them (gradcore.attacks.generative); budgets are
@@ -824,14 +824,14 @@ CENSOR = PAPERS.add(
         # alone costs 22 s per image on one core (one backward pass per representation feature, 512
         # of them), CENSOR 5 s per gradient (11M weights).
         smoke={
-            "lbfgs": {"max_iter": 2},
+            "lbfgs": {"max_iter": 1},
             "attack_images": 1,
-            "lbfgs_steps": 2,
-            "cosine_iterations": 2,
-            "eot_samples": 2,
-            "eot_iterations": 2,
+            "lbfgs_steps": 1,
+            "cosine_iterations": 1,
+            "eot_samples": 1,
+            "eot_iterations": 1,
             "eot_control_images": 1,
-            "sweep_iterations": 2,
+            "sweep_iterations": 1,
             "attack_model": "resnet(width=8)",
             # Two rounds (one defended, one not) with one client each: a round's code is the same
             # for any number of clients.
@@ -1179,12 +1179,12 @@ EXCLUSIVITY = PAPERS.add(
             "artifact_gradient_error": 1e-8,
         },
         smoke={
-            "euclidean": {"max_iter": 2},
+            "euclidean": {"max_iter": 1},
             "survey_trials": 2,
             "train_epochs": 1,
-            "dlg_steps": 2,
-            "cosine_iterations": 2,
-            "pixel_targets": 2,
+            "dlg_steps": 1,
+            "cosine_iterations": 1,
+            "pixel_targets": 1,
             "reduction_epochs": 1,
             "hybrid_iterations": 2,
             "artifact_batches": 1,
@@ -1431,14 +1431,14 @@ WHAT_PROTECTS = PAPERS.add(
         },
         reported={},
         smoke={
-            "lbfgs": {"max_iter": 2},
+            "lbfgs": {"max_iter": 1},
             "images": 1,
-            "lbfgs_steps": 2,
-            "cosine_iterations": 2,
-            "regularised_iterations": 2,
-            "eot_iterations": 2,
-            "eot_samples": 2,
-            "hybrid_iterations": 2,
+            "lbfgs_steps": 1,
+            "cosine_iterations": 1,
+            "regularised_iterations": 1,
+            "eot_iterations": 1,
+            "eot_samples": 1,
+            "hybrid_iterations": 1,
             "rounds": 4,
             "censor_rounds": 1,
             "attack_rounds": (0, 1, 2, 3),

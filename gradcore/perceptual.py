@@ -18,6 +18,8 @@ these modules.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 from torch import nn
 
@@ -38,6 +40,8 @@ def _vgg_layers(configuration: tuple) -> list:
 #: ``net -> (trunk layers, the indices after which a slice ends, channels of the five outputs)``.
 #: A layer is ``("conv", in, out, kernel, stride, padding)``, ``("relu",)`` or ``("pool", kernel,
 #: stride)``. AlexNet: torchvision's ``alexnet().features``; VGG16: ``vgg16().features``.
+# The trunks are laid out one block of layers per line, as the papers draw them.
+# fmt: off
 TRUNKS = {
     "alex": (
         [("conv", 3, 64, 11, 4, 2), ("relu",), ("pool", 3, 2),
@@ -55,6 +59,7 @@ TRUNKS = {
         (64, 128, 256, 512, 512),
     ),
 }
+# fmt: on
 
 
 def _layer(spec: tuple) -> nn.Module:
@@ -118,9 +123,15 @@ class LPIPSNetwork(nn.Module):
             outputs.append(hidden)
         return outputs
 
-    def forward(self, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    def distance(
+        self, first: Sequence[torch.Tensor], second: Sequence[torch.Tensor]
+    ) -> torch.Tensor:
+        """The ``(B, 1, 1, 1)`` distances between two images' :meth:`features`."""
         total = 0
-        for lin, a, b in zip(self.lins, self.features(first), self.features(second)):
+        for lin, a, b in zip(self.lins, first, second):
             weighted = lin((_unit_channels(a) - _unit_channels(b)) ** 2)
             total = total + weighted.mean([2, 3], keepdim=True)
         return total
+
+    def forward(self, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+        return self.distance(self.features(first), self.features(second))

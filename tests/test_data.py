@@ -297,6 +297,14 @@ def test_without_removes_exactly_the_given_images(digits):
     assert torch.equal(digits.without(torch.full((1, 1, 8, 8), 0.123)).images, digits.images)
 
 
+def test_without_names_a_wrong_shape_and_an_empty_result(digits):
+    with pytest.raises(gradcore.GradcoreValueError, match=r"must be a \(N, 1, 8, 8\) tensor"):
+        digits.without(digits.images.flatten(1))
+    few = digits.subset([0, 1])
+    with pytest.raises(gradcore.GradcoreValueError, match=r"every sample of digits \(subset\) \(2\).*nothing is left"):
+        few.without(digits.images[:5])
+
+
 def test_of_classes_keeps_exactly_those_classes(digits):
     threes_and_sevens = digits.of_classes(["3", "7"])
     assert set(threes_and_sevens.labels.tolist()) == {3, 7}

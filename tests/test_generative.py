@@ -69,6 +69,19 @@ def test_training_is_seeded_and_leaves_a_frozen_generator(digits):
         generative.train_gan(public, steps=0)
 
 
+def test_frozen_critic_in_the_generator_step_changes_no_bit(digits, monkeypatch):
+    # The generator's step freezes the critic, so its backward skips the critic's weight gradients,
+    # which nothing reads. The generator must come out exactly as when they are computed.
+    public = digits.subset(range(64))
+    options = dict(steps=4, batch_size=8, latent_dim=4, width=8, seed=1, progress=False)
+    frozen, frozen_log = generative.train_gan(public, **options)
+    monkeypatch.setattr(generative.Discriminator, "requires_grad_", lambda self, flag=True: self)
+    unfrozen, unfrozen_log = generative.train_gan(public, **options)
+    for a, b in zip(frozen.state_dict().values(), unfrozen.state_dict().values()):
+        assert torch.equal(a, b)
+    assert frozen_log.discriminator_loss == unfrozen_log.discriminator_loss
+
+
 def test_untrained_prior_has_the_same_architecture_and_fresh_weights():
     trained = generative.freeze(generative.Generator((1, 8, 8), 10, latent_dim=6, width=16))
     fresh = generative.untrained(trained, seed=1)

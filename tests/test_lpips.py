@@ -206,3 +206,41 @@ def test_matrix_reports_why_lpips_is_not_measured(monkeypatch):
     assert kept == ["mse"] and reasons == {"lpips": "no weights for alex", "lpips_vgg": "no weights for vgg"}
     monkeypatch.setattr(metrics, "lpips_unavailable", lambda net="alex": None)
     assert evaluation._measured(["lpips", "ssim"], torch.rand(1, 1, 8, 8)) == (["lpips", "ssim"], {})
+
+
+@pytest.mark.parametrize("net", ["alex", "vgg"])
+def test_cached_truth_features_give_the_networks_own_distances_bit_for_bit(net):
+    # A grid scores many reconstructions against one truth: the truth's trunk pass is kept, and
+    # each distance must be exactly what one call of the network on the pair gives.
+    generator = torch.Generator().manual_seed(5)
+    truth = torch.rand(2, 1, 16, 16, generator=generator, dtype=torch.float64)
+    network = metrics.lpips_network(net)
+    network.__dict__.pop("_truth_cache", None)
+    for _ in range(3):
+        reconstruction = torch.rand(2, 1, 16, 16, generator=generator, dtype=torch.float64)
+        with torch.no_grad():
+            direct = network(
+                metrics.lpips_inputs(reconstruction).float(), metrics.lpips_inputs(truth).float()
+            )
+        assert torch.equal(metrics.lpips(reconstruction, truth, net=net), direct.flatten().double())
+    assert len(network._truth_cache) == 1  # one truth, computed once
+    changed = truth.clone()
+    changed[0, 0, 0, 0] += 1e-6  # one pixel moved: another truth, not a stale hit
+    assert not torch.equal(
+        metrics.lpips(reconstruction, changed, net=net), metrics.lpips(reconstruction, truth, net=net)
+    )
+    assert len(network._truth_cache) == 2
+
+
+def test_truth_cache_keeps_its_bound(monkeypatch):
+    network = metrics.lpips_network("alex")
+    network.__dict__.pop("_truth_cache", None)
+    monkeypatch.setattr(metrics, "TRUTH_CACHE_ENTRIES", 2)
+    images = torch.rand(4, 1, 1, 32, 32, generator=torch.Generator().manual_seed(0))
+    for truth in images:
+        metrics.lpips(images[0], truth)
+    assert len(network._truth_cache) == 2
+    monkeypatch.setattr(metrics, "TRUTH_CACHE_BYTES", 0)  # too large to keep: computed, not kept
+    network._truth_cache.clear()
+    metrics.lpips(images[0], images[1])
+    assert len(network._truth_cache) == 0

@@ -437,10 +437,11 @@ def make_test_jobs(root: Path, workers: int | None = None) -> list:
         quiet=True,
         cores=layout.chapter_cores(root, "what-protects-flower"),
     )
-    # pyproject.toml's [tool.ruff] says what is checked
+    # pyproject.toml's [tool.ruff] says what is checked; the package is also kept formatted.
     lint = jobs.Job("lint", jobs.python("-m", "ruff", "check", "gradcore", "tests", "bench"), 5.0)
+    formatting = jobs.Job("format", jobs.python("-m", "ruff", "format", "--check", "gradcore"), 5.0)
     smoke = smoke_jobs(root, root / layout.SMOKE_DIR / "data", workers=workers)
-    return [unit, flower, lint, *smoke]
+    return [unit, flower, lint, formatting, *smoke]
 
 
 def cmd_test(root: Path, args) -> int:

@@ -274,7 +274,6 @@ def execute_smoke_runs(root, chapters, quiet: bool = False) -> list[Path]:
             run_sync(kernel.shutdown_kernel)(now=True)
     if failures:
         raise PipelineError(
-            f"{len(failures)} of {len(chapters)} smoke runs failed:\n"
-            + "\n".join(failures)
+            f"{len(failures)} of {len(chapters)} smoke runs failed:\n" + "\n".join(failures)
         )
     return written

@@ -54,8 +54,9 @@ def parse_pip_config(listing: str) -> dict[str, list[str]]:
             rank = _SECTIONS.index(section)
             if key not in strongest or rank >= strongest[key][0]:
                 strongest[key] = (rank, value)
-    return {key: value.split() if key in _REPEATED else [value]
-            for key, (_, value) in strongest.items()}
+    return {
+        key: value.split() if key in _REPEATED else [value] for key, (_, value) in strongest.items()
+    }
 
 
 def uv_options(config: dict[str, list[str]]) -> tuple[list[str], dict[str, str]]:
@@ -99,8 +100,9 @@ def main(arguments: list[str]) -> int:
         return 2
     uv = _uv()
     if uv is not None:
-        listing = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
-                                 capture_output=True, text=True).stdout
+        listing = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True
+        ).stdout
         options, extra_environment = uv_options(parse_pip_config(listing))
         # No bytecode at install, as pip --no-compile: each module compiles on its first import.
         command = [uv, "pip", "install", "-q", "--python", sys.executable, *options, *arguments]

@@ -57,7 +57,7 @@ def public_samples(
     excluded = torch.cat(kept) if kept else dataset.images[:0]
     try:
         public = dataset.without(excluded, tag="public")
-    except check.GradcoreValueError as empty:  # Dataset.subset refuses an empty selection
+    except check.GradcoreValueError as empty:  # nothing left: say what it was needed for
         raise check.GradcoreValueError(
             f"every image of {dataset.name} is private here: a clipping bound needs public samples"
         ) from empty
