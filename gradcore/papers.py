@@ -1186,7 +1186,7 @@ EXCLUSIVITY = PAPERS.add(
             "cosine_iterations": 1,
             "pixel_targets": 1,
             "reduction_epochs": 1,
-            "hybrid_iterations": 2,
+            "hybrid_iterations": 1,
             "artifact_batches": 1,
             "theorem1_trials": 2,
             "control_batches": 2,
