@@ -23,9 +23,8 @@ from .papers import smoke_run
 TABLE_MIME = "application/vnd.gradcore.table+json"
 
 #: Set (to 1) by ``gradcore seeds``: every claim is computed and shown with its verdict ("NO" where
-#: it
-#: fails), and ``Claims.check()`` reports the failures instead of raising, so one failing claim does
-#: not hide how the chapter's other claims fared at that seed.
+#: it fails), and ``Claims.check()`` reports the failures instead of raising, so one failing claim
+#: does not hide how the chapter's other claims fared at that seed.
 REPORT_VARIABLE = "GRADCORE_CLAIMS_REPORT"
 
 
@@ -90,12 +89,12 @@ def _mimebundle(
     return {"text/plain": plain, "text/html": html_text, TABLE_MIME: table}
 
 
-#: A claims row's class and mark in the HTML (the book's stylesheet colours them; the mark survives
-#: print).
 #: How a ``not reproduced`` row's test column starts; the reason follows.
 NOT_REPRODUCED_PREFIX = "not reproduced: "
 #: The front page's section on reading a claims table, from a chapter's page in the built book.
 READING_GUIDE = "../book/intro.html#how-to-read-a-claims-table"
+#: A claims row's class and mark in the HTML (the book's stylesheet colours them; the mark survives
+#: print).
 _VERDICT_HTML = {
     True: ("claim-holds", "\u2713"),
     False: ("claim-fails", "\u2717"),
@@ -128,8 +127,8 @@ class Claim:
     #: it holds); a string where the test is not a distance (a categorical verdict).
     margin: object = None
     #: The measured decimals the verdict turns on (one for a bound, two for an ordering), so a
-    #: reader
-    #: of the table can tell how far the chapter's drift tolerance could move them (fragile rows).
+    #: reader of the table can tell how far the chapter's drift tolerance could move them (fragile
+    #: rows).
     tested: tuple = ()
 
 

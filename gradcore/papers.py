@@ -18,10 +18,8 @@ from .registry import Registry
 PAPERS: Registry = Registry("paper")
 PROFILES = ("ci", "paper")
 #: Set (to 1) by ``gradcore run CHAPTER --profile paper --smoke``: the paper profile with every
-#: budget cut
-#: to each paper's ``smoke`` values, claims shown but not asserted. An environment variable, so that
-#: a
-#: chapter's source (and its committed ci notebook) stays the same.
+#: budget cut to each paper's ``smoke`` values, claims shown but not asserted. An environment
+#: variable, so that a chapter's source (and its committed ci notebook) stays the same.
 SMOKE_VARIABLE = "GRADCORE_SMOKE"
 
 
@@ -32,8 +30,7 @@ def smoke_run() -> bool:
 
 # Optimiser presets several papers share (each paper takes a copy, ``dict(PRESET)``).
 #: DLG's attack optimiser (Zhu et al., 2019): L-BFGS, step 1, 20 evaluations per step, N(0, 1)
-#: dummies,
-#: here with the strong-Wolfe line search a user of ``torch.optim.LBFGS`` would switch on.
+#: dummies, here with the strong-Wolfe line search a user of ``torch.optim.LBFGS`` would switch on.
 LBFGS = {
     "optimiser": "lbfgs",
     "lr": 1.0,
@@ -44,32 +41,24 @@ LBFGS = {
 #: The same without a line search: the authors' released code (a fixed step of 1).
 LBFGS_NO_LINE_SEARCH = {**LBFGS, "line_search": None}
 #: The Inverting Gradients attack (Geiping et al., 2020, Sec. 4): signed Adam at 0.1 with the step
-#: decay,
-#: TV weight 1e-4, uniform dummies.
+#: decay, TV weight 1e-4, uniform dummies.
 COSINE = {"lr": 0.1, "tv_weight": 1e-4, "init": "rand", "signed": True, "decay": True}
 #: The attacker's generators for the GAN-prior attacks (CENSOR's Table I: GGL, GIAS, GIFD). The
-#: pretrained BigGAN and
-#: StyleGAN2 of the source are not on disk; a class-conditional DCGAN (Radford et al., ICLR 2016) is
-#: trained here on
-#: public data disjoint from the attacked images (the attacks' threat model). Adam at DCGAN's beta_1
-#: = 0.5; the
-#: faces (180 images) train a narrower network at a larger step, the settings that gave face-like
-#: samples within
-#: 20 s on one core (gradcore's choice, as are all of these).
+#: pretrained BigGAN and StyleGAN2 of the source are not on disk; a class-conditional DCGAN (Radford
+#: et al., ICLR 2016) is trained here on public data disjoint from the attacked images (the attacks'
+#: threat model). Adam at DCGAN's beta_1 = 0.5; the faces (180 images) train a narrower network at a
+#: larger step, the settings that gave face-like samples within 20 s on one core (gradcore's choice,
+#: as are all of these).
 GAN_TRAINING = {
     "digits": {"batch_size": 64, "latent_dim": 32, "width": 64, "lr": 2e-4, "flips": False},
     "faces": {"batch_size": 32, "latent_dim": 32, "width": 32, "lr": 5e-4, "flips": True},
 }
 #: Budgets of the GAN-prior work per profile: generator training steps and the attacks' iterations.
-#: The paper
-#: profile takes the released code's: GGL's CMA-ES with 50 samples per generation (zhuohangli/GGL,
-#: reconstructor.py,
-#: NGReconstructor; 800 generations in the GIFD repository's configs_stylegan2.yml, on which
-#: CENSOR's code builds),
-#: GIAS 1000 latent and 8000 weight steps and GIFD 1000 steps per domain
-#: (ffhibnese/GIFD_Gradient_Inversion_Attack,
-#: configs_stylegan2.yml). Not taken: their restarts (4; here the best of 16 random latents starts
-#: one search).
+#: The paper profile takes the released code's: GGL's CMA-ES with 50 samples per generation
+#: (zhuohangli/GGL, reconstructor.py, NGReconstructor; 800 generations in the GIFD repository's
+#: configs_stylegan2.yml, on which CENSOR's code builds), GIAS 1000 latent and 8000 weight steps and
+#: GIFD 1000 steps per domain (ffhibnese/GIFD_Gradient_Inversion_Attack, configs_stylegan2.yml). Not
+#: taken: their restarts (4; here the best of 16 random latents starts one search).
 GAN_BUDGETS = {
     "ci": {
         "steps": {"digits": 3000, "faces": 2000},
@@ -92,22 +81,16 @@ GAN_BUDGETS = {
     },
 }
 #: The GAN-prior attacks as their released code runs them (gradcore.attacks.generative); budgets are
-#: per profile.
-#: GGL (Li et al., CVPR 2022; zhuohangli/GGL, reconstructor.py): CMA-ES on the latent, the squared
-#: L2 gradient
-#: distance, the KL regulariser at weight 0.1, and, against a defense it knows, that defense
-#: imitated on every trial
-#: gradient ("emulates": defense registry name -> imitation; the bound, the kept share and Soteria's
-#: mask are read
-#: off the shared gradient, the noise scale is given). GIAS (Jeon et al., NeurIPS 2021;
-#: ml-postech/gradient-
-#: inversion-generative-image-prior): latent at 0.03, then, the latent fixed, each image's own
-#: generator copy at
-#: 1e-3, no pull to the pretrained weights, steps decayed at 3/8, 5/8, 7/8. GIFD (Fang et al., ICCV
-#: 2023): latent,
-#: then each feature domain in an l1 ball of 10% of the feature map's l1 norm (the release gives
-#: absolute radii per
-#: StyleGAN2/BigGAN layer; a relative one fits the DCGAN here).
+#: per profile. GGL (Li et al., CVPR 2022; zhuohangli/GGL, reconstructor.py): CMA-ES on the latent,
+#: the squared L2 gradient distance, the KL regulariser at weight 0.1, and, against a defense it
+#: knows, that defense imitated on every trial gradient ("emulates": defense registry name ->
+#: imitation; the bound, the kept share and Soteria's mask are read off the shared gradient, the
+#: noise scale is given). GIAS (Jeon et al., NeurIPS 2021;
+#: ml-postech/gradient-inversion-generative-image-prior): latent at 0.03, then, the latent fixed,
+#: each image's own generator copy at 1e-3, no pull to the pretrained weights, steps decayed at 3/8,
+#: 5/8, 7/8. GIFD (Fang et al., ICCV 2023): latent, then each feature domain in an l1 ball of 10% of
+#: the feature map's l1 norm (the release gives absolute radii per StyleGAN2/BigGAN layer; a
+#: relative one fits the DCGAN here).
 GAN_ATTACKS = {
     "GGL": {
         "attack": "ggl",
@@ -137,10 +120,9 @@ class Paper:
     profiles: dict
     reported: dict = field(default_factory=dict)
     #: The paper profile's budgets (iterations, trials, rounds, images) cut to the least that runs
-    #: every code
-    #: path, for ``--smoke``; models, shapes, data sets and batch sizes stay the paper's. A dict
-    #: value is
-    #: merged over the setting it replaces (``{"federated": {"rounds": 3}}`` keeps the other keys).
+    #: every code path, for ``--smoke``; models, shapes, data sets and batch sizes stay the paper's.
+    #: A dict value is merged over the setting it replaces (``{"federated": {"rounds": 3}}`` keeps
+    #: the other keys).
     smoke: dict = field(default_factory=dict)
 
     def __post_init__(self):

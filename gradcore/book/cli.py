@@ -80,6 +80,7 @@ def run_chapter(
     environment: dict | None = None,
     output: Path | None = None,
     cell_times: Path | None = None,
+    record_smoke: bool = False,
 ) -> None:
     label = f"run {chapter} [{profile}{', smoke' if smoke else ''}]" + "".join(
         f" {k}={v}" for k, v in params.items()
@@ -96,6 +97,7 @@ def run_chapter(
         environment=environment,
         output=output,
         cell_times=times,
+        record_smoke=record_smoke,
     )
     print(f"wrote {out.relative_to(root) if out.is_relative_to(root) else out}")
     if cell_times is not None:
@@ -216,10 +218,17 @@ def chapter_jobs(
 
 
 def smoke_jobs(
-    root: Path, data: Path, names=None, fixtures: bool = True, workers: int | None = None
+    root: Path,
+    data: Path,
+    names=None,
+    fixtures: bool = True,
+    workers: int | None = None,
+    record: bool = False,
 ) -> list:
     """The fixtures (unless real data is given), then every chapter's paper profile with its budgets
-    cut, in one kernel per core (``workers``; default: as many as run at once)."""
+    cut, in one kernel per core (``workers``; default: as many as run at once). ``record``: store
+    each chapter's seconds in notebooks/status.json (profile ``paper-smoke``), the estimates the
+    next split between kernels reads."""
     result = []
     after = ()
     if fixtures:
@@ -237,7 +246,7 @@ def smoke_jobs(
             )
         )
         after = ("smoke fixtures",)
-    estimates = _estimates(root, "paper-smoke")
+    estimates = _estimates(root, layout.SMOKE_PROFILE)
     environment = {"GRADCORE_DATA": str(data), "GRADCORE_THREADS": "1"}
     # The paper profile takes every core; smoke runs measure nothing, so they take one like every
     # job. Chapters that keep a core busy share a kernel, one group per core
@@ -254,7 +263,14 @@ def smoke_jobs(
         result.append(
             jobs.Job(
                 f"smoke {', '.join(group)}",
-                _gradcore("run", *group, "--profile", "paper", "--smoke"),
+                _gradcore(
+                    "run",
+                    *group,
+                    "--profile",
+                    "paper",
+                    "--smoke",
+                    *(["--record"] if record else []),
+                ),
                 cost(group),
                 after,
                 environment,
@@ -345,6 +361,10 @@ def cmd_list(root: Path, args) -> int:
 
 def cmd_run(root: Path, args) -> int:
     params = dict(args.param or [])
+    if args.record and not args.smoke:
+        raise layout.PipelineError(
+            "--record stores a smoke run's time; it goes with --profile paper --smoke"
+        )
     if len(args.chapter) > 1:
         if not (args.smoke and args.profile == "paper") or params or args.output or args.cell_times:
             raise layout.PipelineError(
@@ -356,6 +376,7 @@ def cmd_run(root: Path, args) -> int:
             execution.execute_smoke_runs,
             root,
             args.chapter,
+            record=args.record,
         )
         print("\n".join(f"wrote {path.relative_to(root)}" for path in written))
         return 0
@@ -367,6 +388,7 @@ def cmd_run(root: Path, args) -> int:
         smoke=args.smoke,
         output=Path(args.output).resolve() if args.output else None,
         cell_times=Path(args.cell_times).resolve() if args.cell_times else None,
+        record_smoke=args.record,
     )
     return 0
 
@@ -381,7 +403,7 @@ def cmd_smoke(root: Path, args) -> int:
     data = Path(args.data).expanduser().resolve() if args.data else root / layout.SMOKE_DIR / "data"
     if args.data and not data.is_dir():
         raise layout.PipelineError(f"--data {data}: no such folder")
-    smoke = smoke_jobs(root, data, args.chapter, not args.data, args.jobs)
+    smoke = smoke_jobs(root, data, args.chapter, not args.data, args.jobs, args.record)
     run_jobs(root, smoke, args.jobs, "smoke runs")
     return 0
 
@@ -748,6 +770,11 @@ def parser() -> argparse.ArgumentParser:
         "--output", help="write the executed notebook here instead (the Status page is left alone)"
     )
     p.add_argument("--cell-times", help="write each code cell's wall seconds here (JSON)")
+    p.add_argument(
+        "--record",
+        action="store_true",
+        help="with --smoke: store the run's seconds in notebooks/status.json (profile paper-smoke)",
+    )
     p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser(
@@ -763,6 +790,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--data", help="a folder holding cifar-10-batches-py/ etc. (default: write fixtures)"
+    )
+    p.add_argument(
+        "--record",
+        action="store_true",
+        help="store each chapter's seconds in notebooks/status.json (profile paper-smoke): the "
+        "estimates by which the chapters are split between kernels",
     )
     add_jobs(p)
     p.set_defaults(fn=cmd_smoke)

@@ -14,6 +14,7 @@ from .layout import (
     DEFAULT_PROFILE,
     SLOW_CELL_SECONDS,
     SMOKE_DIR,
+    SMOKE_PROFILE,
     PipelineError,
     chapter_source,
     first_line,
@@ -120,6 +121,7 @@ def execute(
     smoke: bool = False,
     cell_times: list | None = None,
     kernel=None,
+    record_smoke: bool = False,
 ) -> Path:
     """Execute one chapter; write and return its normalised notebook. Raises PipelineError.
 
@@ -131,7 +133,11 @@ def execute(
     the paper's code paths run, and measures nothing. ``cell_times``: a list to append one
     ``(source cell index, first line, wall seconds)`` per executed code cell to. ``kernel``: a
     started kernel manager to run in (:func:`execute_smoke_runs`) instead of a fresh kernel.
+    ``record_smoke``: store a smoke run's seconds in notebooks/status.json as profile
+    ``paper-smoke``, the estimate by which ``gradcore smoke`` splits the chapters between kernels.
     """
+    if record_smoke and not smoke:
+        raise PipelineError("record_smoke records a smoke run; pass smoke=True")
     if smoke:
         if profile != "paper":
             raise PipelineError(
@@ -217,6 +223,8 @@ def execute(
     write_notebook(normalise(result, str(src.relative_to(root)), profile), out)
     if output is None:
         record(root, chapter, profile, inject, seconds, out, kernel_environment)
+    elif record_smoke:
+        record(root, chapter, SMOKE_PROFILE, inject, seconds, out, kernel_environment)
     return out
 
 
@@ -224,7 +232,7 @@ def execute(
 RESET_NAMESPACE = "import matplotlib.pyplot as _pyplot\n_pyplot.close('all')\n%reset -f"
 
 
-def execute_smoke_runs(root, chapters, quiet: bool = False) -> list[Path]:
+def execute_smoke_runs(root, chapters, quiet: bool = False, record: bool = False) -> list[Path]:
     """The smoke runs of several chapters, one after another in one kernel; their notebooks.
 
     A smoke run measures nothing, and part of a short one is the kernel's start and its imports:
@@ -234,7 +242,8 @@ def execute_smoke_runs(root, chapters, quiet: bool = False) -> list[Path]:
     Before each chapter but the first, every figure is closed and the namespace reset
     (``%reset -f``): a chapter sees the modules an earlier one imported, never its variables.
     After a chapter fails, a new kernel runs the next one; the
-    PipelineError at the end names every chapter that failed.
+    PipelineError at the end names every chapter that failed. ``record``: store each chapter's
+    seconds as its ``paper-smoke`` run in notebooks/status.json (:func:`execute`).
     """
     import nbformat
     from jupyter_client.manager import AsyncKernelManager
@@ -263,7 +272,15 @@ def execute_smoke_runs(root, chapters, quiet: bool = False) -> list[Path]:
                     NotebookClient(reset, km=kernel, kernel_name="python3").execute()
                 try:
                     written.append(
-                        execute(root, chapter, "paper", smoke=True, quiet=quiet, kernel=kernel)
+                        execute(
+                            root,
+                            chapter,
+                            "paper",
+                            smoke=True,
+                            quiet=quiet,
+                            kernel=kernel,
+                            record_smoke=record,
+                        )
                     )
                     fresh = False
                 except PipelineError as error:  # a new kernel for the rest, whatever this one's

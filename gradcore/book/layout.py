@@ -26,6 +26,9 @@ from ..papers import PROFILES
 DEFAULT_PROFILE = "ci"
 #: Smoke runs are written here, never over a notebook under notebooks/.
 SMOKE_DIR = Path("_build") / "smoke"
+#: The profile a recorded smoke run is stored under in notebooks/status.json (``gradcore smoke
+#: --record``): its seconds are the estimates by which smoke runs are split between kernels.
+SMOKE_PROFILE = "paper-smoke"
 INJECTED_TAG = "injected-parameters"
 SLOW_CELL_SECONDS = 5.0  # `gradcore run` prints the cells that take longer, with their time
 

@@ -136,7 +136,11 @@ def write_status_page(root, status: dict) -> None:
         "",
         "The last execution of each chapter: the book shows the `ci` notebooks; `paper` runs are "
         "in",
-        "`notebooks/paper/`. Regenerate with `gradcore run CHAPTER` or `make book`.",
+        "`notebooks/paper/`. Regenerate with `gradcore run CHAPTER` or `make book`. A "
+        "`paper-smoke`",
+        "row is a smoke run (`gradcore smoke --record`: the paper's code paths with every budget "
+        "cut,",
+        "nothing measured); its time only decides how CI splits the smoke runs between kernels.",
         "",
         "Printed numbers reproduce bit for bit only on the same floating-point path (CPU, torch's",
         "SIMD level, BLAS, threads); elsewhere `gradcore check` compares them within each "

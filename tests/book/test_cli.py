@@ -67,6 +67,14 @@ def test_smoke_runs_share_a_kernel_per_core_and_a_waiting_chapter_runs_alone(rep
     assert smoke["smoke tiny, c"].command[-5:] == ["tiny", "c", "--profile", "paper", "--smoke"]
     assert smoke["smoke tiny, c"].estimate == 70.0 and smoke["smoke tiny, c"].cores == 1.0
     assert smoke["smoke waits"].cores == 0.5
+    recorded = cli.smoke_jobs(repo, repo / "data", workers=2, record=True)
+    assert all(job.command[-1] == "--record" for job in recorded if job.name != "smoke fixtures")
+
+
+def test_record_goes_only_with_a_smoke_run(repo, monkeypatch, capsys):
+    monkeypatch.chdir(repo)
+    assert cli.main(["run", "tiny", "--record"]) == 1
+    assert "--record stores a smoke run's time" in capsys.readouterr().err
 
 
 def test_several_chapters_run_only_as_smoke_runs(repo, monkeypatch, capsys):

@@ -135,6 +135,24 @@ def test_smoke_runs_share_one_kernel_and_none_sees_anothers_variables(repo):
     assert written == [repo / "_build" / "smoke" / "tiny.ipynb", repo / "_build" / "smoke" / "probe.ipynb"]
     probe = nbformat.read(written[1], as_version=4)
     assert [o.text for o in probe.cells[-1].outputs] == ["probe paper paper\n"]
+    # Unrecorded: the Status page and the split's estimates stay as they were.
+    status = repo / "notebooks" / "status.json"
+    assert not status.exists() or "paper-smoke" not in status.read_text()
+
+
+@pytest.mark.kernel
+def test_a_recorded_smoke_run_stores_its_seconds_as_the_paper_smoke_profile(repo):
+    execution.execute_smoke_runs(repo, ["tiny"], record=True)
+    run = json.loads((repo / "notebooks" / "status.json").read_text())["tiny"]["paper-smoke"]
+    assert run["profile"] == "paper-smoke" and run["notebook"] == "_build/smoke/tiny.ipynb"
+    assert 0 < run["seconds"] < 120
+    assert "| tiny | paper-smoke |" in (repo / "notebooks" / "status.md").read_text()
+    assert not (repo / "notebooks" / "tiny.ipynb").exists()  # the ci notebook is left alone
+
+
+def test_only_a_smoke_run_is_recorded_as_one(repo):
+    with pytest.raises(layout.PipelineError, match="record_smoke records a smoke run"):
+        execution.execute(repo, "tiny", record_smoke=True)
 
 
 @pytest.mark.kernel
