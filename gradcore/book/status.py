@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .. import claims
 from . import reproducibility
-from .layout import DEFAULT_PROFILE, chapters, toc_pages
+from .layout import DEFAULT_PROFILE, SMOKE_PROFILE, chapters, toc_pages
 from .notebooks import write_text_atomically
 
 # ----------------------------------------------------------------------------------------- status
@@ -131,28 +131,34 @@ def _record_locked(
 
 
 def write_status_page(root, status: dict) -> None:
+    """notebooks/status.md: each chapter's last run per profile, the machines they ran on (one
+    key each, so the table fits a page), the recorded smoke runs apart, then the seed reruns."""
     rows = [
         "# Status",
         "",
         "The last execution of each chapter: the book shows the `ci` notebooks; `paper` runs are "
         "in",
-        "`notebooks/paper/`. Regenerate with `gradcore run CHAPTER` or `make book`. A "
-        "`paper-smoke`",
-        "row is a smoke run (`gradcore smoke --record`: the paper's code paths with every budget "
-        "cut,",
-        "nothing measured); its time only decides how CI splits the smoke runs between kernels.",
+        "`notebooks/paper/`. Regenerate with `gradcore run CHAPTER` or `make book`.",
         "",
         "Printed numbers reproduce bit for bit only on the same floating-point path (CPU, torch's",
         "SIMD level, BLAS, threads); elsewhere `gradcore check` compares them within each "
         "chapter's",
-        "declared tolerance (README, \"Testing\").",
+        "declared tolerance (README, \"Testing\"). Dates are UTC. The Machine column names the",
+        "machine and float path of the run; the list under the table spells each out.",
         "",
-        "| Chapter | Profile | Parameters | Time | Date | Claims: held / not reproduced | Machine "
-        "|",
+        "| Chapter | Profile | Parameters | Time | Date | Claims held / not reproduced | Machine |",
         "| --- | --- | --- | ---: | --- | --- | --- |",
     ]
+    machines: dict[str, str] = {}
+    smoke = []
+    # No-break spaces: a narrow column wraps "421 s" and the date between their parts otherwise.
+    seconds = lambda r: f"{r['seconds']:.0f}\u00a0s"  # noqa: E731
+    date = lambda r: r["date"].removesuffix(" UTC").replace(" ", "\u00a0")  # noqa: E731
     for chapter, profiles in status.items():
         for profile, r in profiles.items():
+            if profile == SMOKE_PROFILE:
+                smoke.append(f"| {chapter} | {seconds(r)} | {date(r)} |")
+                continue
             params = (
                 ", ".join(f"`{k}={v!r}`" for k, v in r.get("parameters", {}).items()) or "default"
             )
@@ -161,17 +167,36 @@ def write_status_page(root, status: dict) -> None:
                 / "notebooks"
                 / (f"{chapter}.ipynb" if profile == "ci" else f"{profile}/{chapter}.ipynb")
             )
-            machine = (
-                f"{r['device']}; {r.get('cpu', 'CPU not recorded')}; {r.get('capability', '?')} / "
-                f"{r.get('blas', '?')}; float path {r.get('float_path', 'not recorded')}; Python "
-                f"{r['python']}, torch {r['torch']}"
-            )
+            key = machines.setdefault(_machine(r), f"M{len(machines) + 1}")
             rows.append(
-                f"| {chapter} | {profile} | {params} | {r['seconds']:.0f} s | {r['date']} | {held} "
-                f"| {machine} |"
+                f"| {chapter} | {profile} | {params} | {seconds(r)} | {date(r)} | {held} | {key} |"
             )
+    rows += ["", *(f"- **{key}**: {machine}" for machine, key in machines.items())]
+    if smoke:
+        rows += [
+            "",
+            "## Smoke runs",
+            "",
+            "The last recorded smoke run of each chapter (`gradcore smoke --record`): the paper's",
+            "code paths with every budget cut, nothing measured. Their times only decide how CI "
+            "splits",
+            "the smoke runs between kernels.",
+            "",
+            "| Chapter | Time | Date |",
+            "| --- | ---: | --- |",
+            *smoke,
+        ]
     rows += _seed_rows(Path(root) / "notebooks" / "seeds.json")
     write_text_atomically(Path(root) / "notebooks" / "status.md", "\n".join(rows) + "\n")
+
+
+def _machine(run: dict) -> str:
+    """One run's machine and float path, as the Status page spells it out."""
+    return (
+        f"{run['device']}; {run.get('cpu', 'CPU not recorded')}; {run.get('capability', '?')} / "
+        f"{run.get('blas', '?')}; float path {run.get('float_path', 'not recorded')}; Python "
+        f"{run['python']}, torch {run['torch']}"
+    )
 
 
 def _verdict_counts(path: Path) -> str:

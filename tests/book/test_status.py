@@ -72,3 +72,20 @@ def test_front_page_repeats_the_deployment_chapters_recorded_findings(repo, monk
     assert "### What protects, and at what cost" in page and "- x: 1.5 (holds)" in page
     assert "[A tiny chapter](../notebooks/tiny.ipynb)" in page
 
+
+
+def test_the_status_page_keys_each_machine_once_and_keeps_smoke_runs_apart(repo):
+    machine = {"device": "cpu", "cpu": "AMD EPYC", "capability": "AVX512", "blas": "mkl",
+               "float_path": "OMP_NUM_THREADS=1", "python": "3.11.7", "torch": "2.13.0"}
+    run = {"parameters": {}, "seconds": 10.0, "date": "2026-12-07 12:00 UTC", **machine}
+    status.write_status_page(repo, {
+        "a": {"ci": run, "paper-smoke": {**run, "seconds": 4.0}},
+        "b": {"ci": {**run, "torch": "2.14.1"}, "paper": run},
+    })
+    page = (repo / "notebooks" / "status.md").read_text()
+    table, smoke = page.split("## Smoke runs")
+    assert "| a | ci | default | 10\u00a0s | 2026-12-07\u00a012:00 | n/a | M1 |" in table
+    assert "| b | ci | default | 10\u00a0s | 2026-12-07\u00a012:00 | n/a | M2 |" in table
+    assert "| b | paper | default | 10\u00a0s | 2026-12-07\u00a012:00 | n/a | M1 |" in table  # same machine, same key
+    assert table.count("- **M1**: cpu; AMD EPYC;") == 1 and "torch 2.14.1" in table.split("- **M2**")[1]
+    assert "paper-smoke" not in table and "| a | 4\u00a0s | 2026-12-07\u00a012:00 |" in smoke
