@@ -361,10 +361,6 @@ def cmd_list(root: Path, args) -> int:
 
 def cmd_run(root: Path, args) -> int:
     params = dict(args.param or [])
-    if args.record and not args.smoke:
-        raise layout.PipelineError(
-            "--record stores a smoke run's time; it goes with --profile paper --smoke"
-        )
     if len(args.chapter) > 1:
         if not (args.smoke and args.profile == "paper") or params or args.output or args.cell_times:
             raise layout.PipelineError(

@@ -137,7 +137,10 @@ def execute(
     ``paper-smoke``, the estimate by which ``gradcore smoke`` splits the chapters between kernels.
     """
     if record_smoke and not smoke:
-        raise PipelineError("record_smoke records a smoke run; pass smoke=True")
+        raise PipelineError(
+            "record_smoke records a smoke run (--record stores a smoke run's time; it goes with "
+            "--profile paper --smoke)"
+        )
     if smoke:
         if profile != "paper":
             raise PipelineError(

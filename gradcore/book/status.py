@@ -151,13 +151,10 @@ def write_status_page(root, status: dict) -> None:
     ]
     machines: dict[str, str] = {}
     smoke = []
-    # No-break spaces: a narrow column wraps "421 s" and the date between their parts otherwise.
-    seconds = lambda r: f"{r['seconds']:.0f}\u00a0s"  # noqa: E731
-    date = lambda r: r["date"].removesuffix(" UTC").replace(" ", "\u00a0")  # noqa: E731
     for chapter, profiles in status.items():
         for profile, r in profiles.items():
             if profile == SMOKE_PROFILE:
-                smoke.append(f"| {chapter} | {seconds(r)} | {date(r)} |")
+                smoke.append(f"| {chapter} | {_seconds(r)} | {_date(r)} |")
                 continue
             params = (
                 ", ".join(f"`{k}={v!r}`" for k, v in r.get("parameters", {}).items()) or "default"
@@ -169,7 +166,8 @@ def write_status_page(root, status: dict) -> None:
             )
             key = machines.setdefault(_machine(r), f"M{len(machines) + 1}")
             rows.append(
-                f"| {chapter} | {profile} | {params} | {seconds(r)} | {date(r)} | {held} | {key} |"
+                f"| {chapter} | {profile} | {params} | {_seconds(r)} | {_date(r)} | {held} "
+                f"| {key} |"
             )
     rows += ["", *(f"- **{key}**: {machine}" for machine, key in machines.items())]
     if smoke:
@@ -188,6 +186,15 @@ def write_status_page(root, status: dict) -> None:
         ]
     rows += _seed_rows(Path(root) / "notebooks" / "seeds.json")
     write_text_atomically(Path(root) / "notebooks" / "status.md", "\n".join(rows) + "\n")
+
+
+# No-break spaces: a narrow column would otherwise wrap "421 s", and a date between day and time.
+def _seconds(run: dict) -> str:
+    return f"{run['seconds']:.0f}\u00a0s"
+
+
+def _date(run: dict) -> str:
+    return run["date"].removesuffix(" UTC").replace(" ", "\u00a0")
 
 
 def _machine(run: dict) -> str:

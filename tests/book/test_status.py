@@ -73,7 +73,6 @@ def test_front_page_repeats_the_deployment_chapters_recorded_findings(repo, monk
     assert "[A tiny chapter](../notebooks/tiny.ipynb)" in page
 
 
-
 def test_the_status_page_keys_each_machine_once_and_keeps_smoke_runs_apart(repo):
     machine = {"device": "cpu", "cpu": "AMD EPYC", "capability": "AVX512", "blas": "mkl",
                "float_path": "OMP_NUM_THREADS=1", "python": "3.11.7", "torch": "2.13.0"}
