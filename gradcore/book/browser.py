@@ -15,7 +15,10 @@ from .layout import toc_pages
 CHROMIUM = "/usr/bin/chromium"
 #: The browser check's laptop screen is 1440x900; a page taller than MOST_SCREENS of them is split
 #: or folded.
-SCREEN_HEIGHT = 900
+SCREEN_WIDTH, SCREEN_HEIGHT = 1440, 900
+#: Screen widths at which a shown code line of 100 characters must fit its cell (at 1280 px the
+#: cell's font shrinks to fit: book/_static/gradcore.css); narrower screens scroll the cell.
+CODE_WIDTHS = (SCREEN_WIDTH, 1280)
 MOST_SCREENS = 25
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -127,12 +130,15 @@ def _page_problems(page, root: Path, doc: str) -> tuple[list[str], str, dict, di
         bad.append(
             f"{claims['unmarked']} claims row(s) without a verdict class (re-execute the chapter)"
         )
-    wide = page.evaluate(_WIDE_CODE_JS)
-    if wide:
-        bad.append(
-            f"{len(wide)} shown code cell(s) wider than the column at this width, e.g. "
-            f"`{wide[0][:60]}` (wrap the line, or hide the cell's input)"
-        )
+    for width in CODE_WIDTHS:
+        page.set_viewport_size({"width": width, "height": SCREEN_HEIGHT})
+        wide = page.evaluate(_WIDE_CODE_JS)
+        if wide:
+            bad.append(
+                f"{len(wide)} shown code cell(s) wider than the column at {width} px, e.g. "
+                f"`{wide[0][:60]}` (wrap the line, or hide the cell's input)"
+            )
+    page.set_viewport_size({"width": SCREEN_WIDTH, "height": SCREEN_HEIGHT})
     findings = page.evaluate(_FINDINGS_JS)
     if claims["rows"] and not (findings["found"] and findings["before"] and findings["items"]):
         bad.append(
@@ -174,9 +180,7 @@ def browser_check(root, html_dir=None, screenshots=None) -> list[str]:
     problems: list[str] = []
     with _serve(html) as base, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(
-            viewport={"width": 1440, "height": SCREEN_HEIGHT}
-        )  # a laptop screen: code must fit the column here
+        page = browser.new_page(viewport={"width": SCREEN_WIDTH, "height": SCREEN_HEIGHT})
         external: list[str] = []
 
         def route(r):
