@@ -149,8 +149,9 @@ def _page_problems(page, root: Path, doc: str) -> tuple[list[str], str, dict, di
     screens = page.evaluate("document.documentElement.scrollHeight") / SCREEN_HEIGHT
     if screens > MOST_SCREENS:
         bad.append(
-            f"{screens:.1f} screens tall at 1440x900, more than {MOST_SCREENS} (continue the "
-            "chapter on a sub-page, `sections` in _toc.yml, or fold long outputs)"
+            f"{screens:.1f} screens tall at {SCREEN_WIDTH}x{SCREEN_HEIGHT}, more than "
+            f"{MOST_SCREENS} (continue the chapter on a sub-page, `sections` in _toc.yml, or fold "
+            "long outputs)"
         )
     label = (
         f"{figures} figure{'s' if figures != 1 else ''}, {math['rendered']} equations, "
