@@ -130,6 +130,9 @@ class Claim:
     #: reader of the table can tell how far the chapter's drift tolerance could move them (fragile
     #: rows).
     tested: tuple = ()
+    #: Whether an exact argument fixes the tested values (an identity, an analytic rule), so that
+    #: another machine moves them by round-off only, which the claim's bound already allows for.
+    exact: bool = False
 
 
 def wilson(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
@@ -210,28 +213,44 @@ class Claims:
         self.rows: list[Claim] = []
 
     def add(
-        self, claim: str, paper, reproduced, holds: bool, test: str = "", margin=None, tested=()
+        self,
+        claim: str,
+        paper,
+        reproduced,
+        holds: bool,
+        test: str = "",
+        margin=None,
+        tested=(),
+        exact: bool = False,
     ) -> None:
         """Add a row whose verdict the caller computed.
 
         ``margin``: how far the measured value is from failing (positive while it holds), in the
         claim's unit; leave it out only for a categorical verdict (shown as "categorical").
         ``tested``: the measured values the verdict compares (for the fragile-row check).
+        ``exact``: an exact argument fixes those values (an identity such as a cosine of 1 under
+        rescaling, or an analytic rule such as iDLG's label read-out), so another machine moves
+        them by round-off at most; the bound must leave room for that round-off. The fragile-row
+        check then does not judge the row by the chapter's drift tolerance, which is set for
+        values that a search or a random draw decides.
         """
         self.rows.append(
             Claim(
                 claim,
                 paper,
                 reproduced,
-                test,
+                f"{test} (exact)" if exact else test,
                 bool(holds),
                 "categorical" if margin is None else margin,
                 _measured(tested),
+                exact,
             )
         )
 
-    def at_most(self, claim: str, paper, reproduced: float, bound: float) -> None:
-        """The reproduced value must not exceed ``bound``."""
+    def at_most(
+        self, claim: str, paper, reproduced: float, bound: float, exact: bool = False
+    ) -> None:
+        """The reproduced value must not exceed ``bound`` (``exact``: see :meth:`add`)."""
         self.add(
             claim,
             paper,
@@ -240,10 +259,13 @@ class Claims:
             f"<= {format_value(bound)}",
             _gap(bound, reproduced),
             (reproduced,),
+            exact,
         )
 
-    def at_least(self, claim: str, paper, reproduced: float, bound: float) -> None:
-        """The reproduced value must reach ``bound``."""
+    def at_least(
+        self, claim: str, paper, reproduced: float, bound: float, exact: bool = False
+    ) -> None:
+        """The reproduced value must reach ``bound`` (``exact``: see :meth:`add`)."""
         self.add(
             claim,
             paper,
@@ -252,6 +274,7 @@ class Claims:
             f">= {format_value(bound)}",
             _gap(reproduced, bound),
             (reproduced,),
+            exact,
         )
 
     def close_to(self, claim: str, paper: float, reproduced: float, tolerance: float) -> None:
@@ -413,6 +436,9 @@ class Claims:
         # Not shown and not compared: what the fragile-row check reads
         # (reproducibility.fragile_claims).
         bundle[TABLE_MIME]["tested"] = [list(row.tested) for row in self.rows]
+        exact_rows = [index for index, row in enumerate(self.rows) if row.exact]
+        if exact_rows:
+            bundle[TABLE_MIME]["exact_rows"] = exact_rows
         return bundle
 
     def __repr__(self) -> str:

@@ -16,8 +16,9 @@ CHROMIUM = "/usr/bin/chromium"
 #: The browser check's laptop screen is 1440x900; a page taller than MOST_SCREENS of them is split
 #: or folded.
 SCREEN_WIDTH, SCREEN_HEIGHT = 1440, 900
-#: Screen widths at which a shown code line of 100 characters must fit its cell (at 1280 px the
-#: cell's font shrinks to fit: book/_static/gradcore.css); narrower screens scroll the cell.
+#: Screen widths at which a shown code line of 100 characters, a printed line and a progress bar
+#: must fit the column (at 1280 px the code's and the bars' font shrinks to fit, printed lines
+#: wrap: book/_static/gradcore.css); narrower screens scroll code cells and bars.
 CODE_WIDTHS = (SCREEN_WIDTH, 1280)
 MOST_SCREENS = 25
 CHROMIUM_ARGS = [
@@ -65,6 +66,30 @@ def _serve(directory: Path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _too_wide(page) -> list[str]:
+    """Shown code and printed outputs wider than the text column at each of :data:`CODE_WIDTHS`
+    (the page is left at :data:`SCREEN_WIDTH`)."""
+    bad = []
+    for width in CODE_WIDTHS:
+        page.set_viewport_size({"width": width, "height": SCREEN_HEIGHT})
+        for script, what, fix in (
+            (_WIDE_CODE_JS, "shown code cell(s)", "wrap the line, or hide the cell's input"),
+            (
+                _WIDE_OUTPUT_JS,
+                "printed output(s)",
+                "book/_static/gradcore.css wraps printed lines and fits 80-column progress bars",
+            ),
+        ):
+            wide = page.evaluate(script)
+            if wide:
+                bad.append(
+                    f"{len(wide)} {what} wider than the column at {width} px, e.g. "
+                    f"`{wide[0][:60]}` ({fix})"
+                )
+    page.set_viewport_size({"width": SCREEN_WIDTH, "height": SCREEN_HEIGHT})
+    return bad
 
 
 def _page_problems(page, root: Path, doc: str) -> tuple[list[str], str, dict, dict]:
@@ -130,15 +155,7 @@ def _page_problems(page, root: Path, doc: str) -> tuple[list[str], str, dict, di
         bad.append(
             f"{claims['unmarked']} claims row(s) without a verdict class (re-execute the chapter)"
         )
-    for width in CODE_WIDTHS:
-        page.set_viewport_size({"width": width, "height": SCREEN_HEIGHT})
-        wide = page.evaluate(_WIDE_CODE_JS)
-        if wide:
-            bad.append(
-                f"{len(wide)} shown code cell(s) wider than the column at {width} px, e.g. "
-                f"`{wide[0][:60]}` (wrap the line, or hide the cell's input)"
-            )
-    page.set_viewport_size({"width": SCREEN_WIDTH, "height": SCREEN_HEIGHT})
+    bad += _too_wide(page)
     findings = page.evaluate(_FINDINGS_JS)
     if claims["rows"] and not (findings["found"] and findings["before"] and findings["items"]):
         bad.append(
@@ -269,6 +286,11 @@ _CLAIMS_ROWS_JS = """() => {
 _WIDE_CODE_JS = """() => [...document.querySelectorAll('div.cell_input pre')]
     .filter(p => p.offsetParent !== null && p.innerText.trim() && p.scrollWidth > p.clientWidth + 1)
     .map(p => p.innerText.split('\\n').reduce((a, l) => l.length > a.length ? l : a, ''))"""
+#: The same for printed outputs (stdout and stderr streams: results and progress bars).
+_WIDE_OUTPUT_JS = _WIDE_CODE_JS.replace(
+    "'div.cell_input pre'",
+    "'div.cell_output .output.stream pre, div.cell_output .output.stderr pre'",
+)
 
 #: A chapter's key-findings admonition: present, above the first code cell, with its glued findings
 #: (list items).

@@ -342,8 +342,9 @@ def compare_table(
 ) -> list[Difference]:
     """Compare two gradcore tables (:data:`TABLE_MIME`) cell by cell.
 
-    The JSON holds ``title``, ``header``, ``rows`` (printed cells), ``exact`` (column indices) and
-    ``rows_say_kind`` (a claims table: each row's claim says what its numbers measure).
+    The JSON holds ``title``, ``header``, ``rows`` (printed cells), ``exact`` (column indices),
+    ``rows_say_kind`` (a claims table: each row's claim says what its numbers measure) and, for a
+    claims table, ``exact_rows`` (rows whose values an exact argument fixes).
 
     Columns listed in ``exact`` (a claims table's paper values and verdicts) compare as text;
     columns listed in ``derived`` (a claim's margin, computed from compared cells) are skipped;
@@ -360,6 +361,16 @@ def compare_table(
                 where, str(stored.get("header")), str(new.get("header")), "text", "same columns"
             )
         ]
+    if stored.get("exact_rows", []) != new.get("exact_rows", []):
+        differences.append(
+            Difference(
+                where,
+                f"exact rows {stored.get('exact_rows', [])}",
+                f"exact rows {new.get('exact_rows', [])}",
+                "text",
+                "same rows marked exact",
+            )
+        )
     rows_a, rows_b = stored.get("rows", []), new.get("rows", [])
     if len(rows_a) != len(rows_b):
         return differences + [
@@ -544,16 +555,20 @@ def fragile_claims(table: Mapping, tolerance: Tolerance) -> list[dict]:
     a reader's CPU. The values are those the row's verdict compares (``tested`` in the JSON);
     their kind is read from the claim's words, as the output check reads it. Rows without
     compared decimals (counts and rates compare exactly; categorical verdicts; rows not
-    asserted) are not judged. Returns ``{"claim", "margin", "allowed", "kind"}`` per fragile row.
+    asserted) are not judged, nor are the rows the chapter marks exact (``exact_rows``: values
+    an identity or an analytic rule fixes, which move by round-off only and whose bound allows
+    for it; :meth:`gradcore.claims.Claims.add`). Returns ``{"claim", "margin", "allowed",
+    "kind"}`` per fragile row.
     """
     header = list(table.get("header", []))
     tested = table.get("tested")
     if "holds" not in header or "margin" not in header or tested is None:
         return []
     claim, holds, margin = (header.index(name) for name in ("claim", "holds", "margin"))
+    exact_rows = set(table.get("exact_rows", []))
     fragile = []
-    for row, values in zip(table.get("rows", []), tested):
-        if row[holds] != "yes" or not values:
+    for index, (row, values) in enumerate(zip(table.get("rows", []), tested)):
+        if row[holds] != "yes" or not values or index in exact_rows:
             continue
         try:
             distance = float(row[margin])

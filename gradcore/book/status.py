@@ -373,7 +373,9 @@ def results_page(root) -> str:
             "Rows that hold here by less than the drift their chapter allows on another CPU (the",
             "values the verdict compares may move by the chapter's declared tolerance for their "
             "kind,",
-            "README, \"Testing\"): on a reader's machine these could flip.",
+            "README, \"Testing\"): on a reader's machine these could flip. Rows whose values",
+            "an identity or an analytic rule fixes (marked exact in their chapter) move by",
+            "round-off only and are not counted.",
             "",
             f"````{{dropdown}} The {len(fragile)} fragile rows",
             "",

@@ -237,3 +237,25 @@ def test_fragile_claims_are_those_a_declared_drift_could_flip():
     assert fragile[0]["kind"] == "decibels" and fragile[0]["allowed"] == pytest.approx(1.0)
     assert fragile[1]["allowed"] == pytest.approx(0.08 * (0.100 + 0.105))  # both sides of an ordering may move
     assert reproducibility.fragile_claims(data, reproducibility.Tolerance(roundoff=1e-12)) == []  # bit-exact: none
+
+
+def test_rows_marked_exact_are_not_judged_by_the_drift_tolerance_and_must_match():
+    from gradcore.claims import Claims
+
+    def table(exact):
+        claims = Claims("claims")
+        claims.at_least("cosine to the unscaled gradient stays 1", "invariant", 1 - 1e-16, 1 - 1e-12, exact=exact)
+        claims.at_least("iDLG label accuracy (%)", "100", 100.0, 100.0, exact=exact)
+        return claims._repr_mimebundle_()[reproducibility.TABLE_MIME]
+
+    tolerance = reproducibility.Tolerance(fraction=0.05, other=0.05, roundoff=1e-12)
+    # Judged by a measured quantity's drift, an identity held "by 1e-12" looks fragile ...
+    assert len(reproducibility.fragile_claims(table(False), tolerance)) == 2
+    # ... marked exact, it is not, and the reader sees the mark.
+    exact = table(True)
+    assert exact["exact_rows"] == [0, 1] and reproducibility.fragile_claims(exact, tolerance) == []
+    assert all(row[3].endswith("(exact)") for row in exact["rows"])
+    assert "exact_rows" not in table(False)  # tables without exact rows are unchanged
+    # A notebook made before a row was marked (or after the mark was dropped) is stale.
+    differences = reproducibility.compare_table(table(False), exact, tolerance)
+    assert any(difference.allowed == "same rows marked exact" for difference in differences)
