@@ -23,6 +23,9 @@ from pathlib import Path
 
 #: Environment of every job: one thread for torch, OpenMP and the BLAS libraries.
 SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+#: Every job runs under this script, which waits for the processes the job orphans (a Flower
+#: deployment's), so that their CPU time is the job's (:mod:`gradcore.book.reaper`).
+REAPER = Path(__file__).with_name("reaper.py")
 #: How many jobs run at once when the caller does not say (``--jobs``).
 JOBS_VARIABLE = "GRADCORE_JOBS"
 
@@ -140,10 +143,11 @@ def _fits(job: Job, running: list[Job], workers: int) -> bool:
     ``workers`` busy jobs run; a job that mostly waits while those that mostly wait keep less than
     one core busy with it.
 
-    Measured in CI on 2 cores (1f67d95): the three Flower jobs used 0.3-0.4 of a core over 350 s of
-    wall, and under one shared count of cores they started last, so the run ended on them
-    sleeping beside one busy job (about 80 s of a core idle). Beside two busy single-threaded jobs
-    they cost those jobs what they use, and no float changes with the scheduling.
+    Under one shared count of cores the three Flower jobs (long walls, bursty) started last and the
+    run ended on them beside one busy job (1f67d95). Their CPU was under-counted then (0.3-0.4 of
+    a core, from wait4 without the processes Flower orphans); counted whole
+    (:mod:`gradcore.book.reaper`), the Flower chapter uses about 1.1 cores alone. Beside two busy
+    single-threaded jobs they share those jobs' cores, and no float changes with the scheduling.
     """
     if job.cores >= 1:
         return sum(1 for other in running if other.cores >= 1) < workers
@@ -160,8 +164,9 @@ def run(
     """Run ``jobs``, at most ``workers`` busy ones at once (and beside them those that mostly
     wait, :func:`_fits`); return their outcomes in the order they ended.
 
-    CPU seconds are the job's and its waited-for descendants' (a notebook's kernel included),
-    from ``os.wait4``. An interrupt stops every running job (its whole process group).
+    CPU seconds are the job's and all its descendants' (a notebook's kernel included, and the
+    processes it orphaned, which :mod:`gradcore.book.reaper` adopts and waits for), from
+    ``os.wait4``. An interrupt stops every running job (its whole process group).
     """
     names = [job.name for job in jobs]
     if len(set(names)) != len(names):
@@ -205,7 +210,7 @@ def run(
                     key: value for key, value in environment.items() if value is not None
                 }
                 process = subprocess.Popen(
-                    job.command,
+                    [sys.executable, str(REAPER), *job.command],
                     cwd=cwd,
                     env=environment,
                     stdout=handle,

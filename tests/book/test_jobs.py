@@ -1,5 +1,6 @@
 """gradcore.book.jobs: processes run several at once, single-threaded, longest first, after their dependencies."""
 
+import subprocess
 import sys
 
 import pytest
@@ -119,3 +120,36 @@ def test_jobs_that_mostly_wait_run_beside_every_busy_one_but_fill_one_core_at_mo
     assert not jobs._fits(jobs.Job("busy 3", ["true"]), [*busy, waits], workers=2)
     assert not jobs._fits(jobs.Job("waits too", ["true"], cores=0.6), [waits], workers=2)
     assert jobs._fits(jobs.Job("waits less", ["true"], cores=0.4), [waits], workers=2)
+
+
+ORPHAN = """
+import subprocess, sys
+# A grandchild in its own session, never waited for: the job's process exits at once and leaves it
+# to be adopted, as a Flower SuperNode stopped by PID leaves its app processes.
+subprocess.Popen([sys.executable, "-c", "import time\\nend = time.process_time() + 0.6\\n"
+                  "while time.process_time() < end: pass"], start_new_session=True)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="child subreapers are Linux's")
+def test_the_cpu_time_of_processes_a_job_orphans_is_counted(tmp_path):
+    (outcome,) = jobs.run([jobs.Job("orphaning", python(ORPHAN))], workers=1, log_dir=tmp_path,
+                          echo=lambda line: None)
+    assert outcome.status == "done"
+    assert outcome.cpu >= 0.6  # the orphan's 0.6 s, which wait4 on the job's process alone misses
+
+
+def test_a_job_killed_by_a_signal_reports_that_signal(tmp_path):
+    (outcome,) = jobs.run([jobs.Job("killed", python("import os, signal; os.kill(os.getpid(), signal.SIGTERM)"))],
+                          workers=1, log_dir=tmp_path, echo=lambda line: None)
+    assert outcome.status == "FAILED" and outcome.returncode == -15
+
+
+def test_the_reaper_reports_a_process_still_running_after_its_grace(tmp_path):
+    leaver = python("import subprocess, sys; subprocess.Popen([sys.executable, '-c', "
+                    "'import time; time.sleep(3)'], start_new_session=True)")
+    script = (f"import sys; sys.path.insert(0, {str(jobs.REAPER.parent)!r}); import reaper; "
+              f"reaper.GRACE_SECONDS = 0.3; sys.exit(reaper.main({leaver!r}))")
+    result = subprocess.run(python(script), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    assert "reaper: 1 process(es) left running" in result.stderr
