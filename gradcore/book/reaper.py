@@ -45,7 +45,9 @@ def run_and_reap(command: list[str], grace: float | None = None) -> tuple[int, l
     ``grace`` seconds (:data:`GRACE_SECONDS` by default) for the rest. Returns the command's wait
     status and the PIDs still running then.
     """
-    child = os.posix_spawnp(command[0], command, os.environ)
+    # As subprocess does: the signals Python ignores (a closed pipe) act again in the command.
+    restored = [getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name)]
+    child = os.posix_spawnp(command[0], command, os.environ, setsigdef=restored)
     status = None
     deadline = math.inf
     while True:
@@ -97,7 +99,8 @@ def main(command: list[str]) -> int:
         )
     code = os.waitstatus_to_exitcode(status)
     if code < 0:  # killed by a signal: end the same way, so the job's status says which
-        signal.signal(-code, signal.SIG_DFL)
+        if -code != signal.SIGKILL:  # the one whose action cannot be set
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code if code >= 0 else 128 - code
 

@@ -1,5 +1,6 @@
 """gradcore.book.jobs: processes run several at once, single-threaded, longest first, after their dependencies."""
 
+import signal
 import subprocess
 import sys
 
@@ -139,10 +140,18 @@ def test_the_cpu_time_of_processes_a_job_orphans_is_counted(tmp_path):
     assert outcome.cpu >= 0.6  # the orphan's 0.6 s, which wait4 on the job's process alone misses
 
 
-def test_a_job_killed_by_a_signal_reports_that_signal(tmp_path):
-    (outcome,) = jobs.run([jobs.Job("killed", python("import os, signal; os.kill(os.getpid(), signal.SIGTERM)"))],
-                          workers=1, log_dir=tmp_path, echo=lambda line: None)
-    assert outcome.status == "FAILED" and outcome.returncode == -15
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGKILL"])
+def test_a_job_killed_by_a_signal_reports_that_signal(tmp_path, name):
+    code = f"import os, signal; os.kill(os.getpid(), signal.{name})"
+    (outcome,) = jobs.run([jobs.Job("killed", python(code))], workers=1, log_dir=tmp_path, echo=lambda line: None)
+    assert outcome.status == "FAILED" and outcome.returncode == -getattr(signal, name)
+
+
+def test_a_command_that_cannot_start_fails_its_job_and_says_why(tmp_path):
+    (outcome,) = jobs.run([jobs.Job("missing", ["no-such-command-gradcore"])], workers=1, log_dir=tmp_path,
+                          echo=lambda line: None)
+    assert outcome.status == "FAILED" and outcome.returncode == 127
+    assert "cannot run 'no-such-command-gradcore'" in outcome.log
 
 
 def test_the_reaper_reports_a_process_still_running_after_its_grace(tmp_path):
