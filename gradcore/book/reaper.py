@@ -6,10 +6,12 @@ deployment orphans its work: a SuperNode stopped by PID leaves its app processes
 their CPU time went uncounted (measured on 2 cores: the Flower chapter used about 170 CPU seconds
 machine-wide and its job reported 91). Run as ``python reaper.py COMMAND...``, this process
 becomes a child subreaper (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``), so that orphans below it are
-re-parented to it; after the command ends it waits for them, and exits with the command's status.
+re-parented to it; it reaps them as they end, waits for the rest after the command ends, and
+exits with the command's status.
 
 Run by path, not as ``-m gradcore.book.reaper``: it imports only the standard library, so it adds
-a few milliseconds to a job, not gradcore's imports. Elsewhere than Linux it only runs the command.
+a Python start (tens of milliseconds) to a job, not gradcore's imports. Elsewhere than Linux it
+only runs the command.
 """
 
 from __future__ import annotations
