@@ -100,7 +100,8 @@ def inverting_gradients(device: str) -> list:
         photos, "resnet", batch, device=device, evaluation_mode=True, **options))
     cosine = dict(s.cosine, tv_weight=s.architecture_tv_weight)
     networks = {"LeNet": lambda: experiments.scenario(photos, "lenet", 1, device=device),
-                "ConvNet": lambda: experiments.scenario(photos, "convnet", 1, device=device, width=s.convnet_width)}
+                "trained ResNet": lambda: experiments.scenario(photos, s.trained_model, 1, device=device,
+                                                               evaluation_mode=True)}
     work = []
     for name, build in networks.items():
         work.append(Attacks(f"Sec. 4 L-BFGS, {name}", build, "dlg", s.euclidean, s.attack_images, s.euclidean_steps))

@@ -22,7 +22,7 @@ import importlib.util
 import inspect
 import os
 import pickle
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -181,8 +181,10 @@ class Dataset:
                 f"images to remove from {self.name} must be a (N, {shape}) tensor like its "
                 f"samples; got {check.describe(images)}"
             )
-        flat = images.reshape(len(images), -1).to(self.images.dtype).cpu()
-        same = (self.images.flatten(1)[:, None, :] == flat[None, :, :]).all(dim=2).any(dim=1)
+        # By fingerprint, as check_disjoint compares: comparing every pair pixel by pixel would
+        # hold samples x images x pixels booleans (MNIST against its training split: 15 GB).
+        removed = set(_fingerprints(images))
+        same = torch.tensor([print_ in removed for print_ in _fingerprints(self.images)])
         if bool(same.all()):
             raise check.GradcoreValueError(
                 f"every sample of {self.name} ({len(self)}) is among the {len(images)} images "
@@ -199,16 +201,29 @@ class Dataset:
         furthest away (lowest PSNR, pixels in [0, 1]), most unlike anything the network saw.
         """
         check.integer("count", count, low=1, high=len(self))
+        nearest = self.nearest_psnr(reference)
+        order = torch.argsort(nearest)[:count]
+        return self.subset(order.numpy(), f"least like {reference.name}"), nearest[order]
+
+    def nearest_psnr(self, reference: "Dataset", chunk: int = 4096) -> torch.Tensor:
+        """Each sample's PSNR (dB, pixels in [0, 1]) to its nearest sample of ``reference``.
+
+        A repeat of a reference image scores infinity, a near-repeat 30 dB or more. The reference
+        is read ``chunk`` images at a time, so that CIFAR-10's 50,000 training images never sit in
+        memory in float64 at once.
+        """
         if reference.shape != self.shape:
             raise check.GradcoreValueError(
                 f"reference images shaped {reference.shape}, these {self.shape}"
             )
-        squared = (
-            torch.cdist(self.images.flatten(1).double(), reference.images.flatten(1).double()) ** 2
-        )
-        nearest = -10 * torch.log10(squared.min(dim=1).values / self.images[0].numel())
-        order = torch.argsort(nearest)[:count]
-        return self.subset(order.numpy(), f"least like {reference.name}"), nearest[order]
+        check.integer("chunk", chunk, low=1)
+        flat = self.images.flatten(1).double()
+        nearest = [
+            torch.cdist(flat, part.flatten(1).double()).min(dim=1).values
+            for part in reference.images.split(chunk)
+        ]
+        squared = torch.stack(nearest).min(dim=0).values ** 2
+        return -10 * torch.log10(squared / self.images[0].numel())
 
     def __repr__(self) -> str:
         return (
@@ -517,6 +532,57 @@ def cifar100(root: str | None = None, split: str = "test") -> Dataset:
     """CIFAR-100 (fine labels) from ``root/cifar-100-python``."""
     return _cifar(
         root, "cifar-100-python", [split], "fine_labels", "meta", "fine_label_names", "cifar100"
+    )
+
+
+#: Where a trained network's training set and the images attacked on it come from
+#: (:func:`validation_split`), with the data sets they are read from.
+VALIDATION_SOURCES = ("photos", "cifar10")
+
+
+def validation_split(
+    source: str,
+    attacked: int,
+    *,
+    held_out_per_class: int = 4,
+    size: int = 32,
+    seed: int = 0,
+    root: str | os.PathLike | None = None,
+) -> tuple[Dataset, Dataset, Dataset, torch.Tensor]:
+    """A network's training set and ``attacked`` images it never trained on.
+
+    Geiping et al. (NeurIPS 2020, Sec. 4) attack trained networks on CIFAR-10 *validation*
+    images. ``source``:
+
+    * ``"cifar10"``: the five training batches of the user's CIFAR-10 (``root`` or
+      $GRADCORE_DATA, :func:`cifar10`) and ``attacked`` of its test images, drawn with ``seed``;
+    * ``"photos"``: 32x32 crops of the bundled photographs (the offline stand-in), all but
+      ``held_out_per_class`` crops of each photograph for training; of the held-out crops the
+      ``attacked`` least like any training crop, since crops of one photograph can overlap
+      (:meth:`Dataset.least_like`).
+
+    Returns
+    -------
+    training, held_out, attacked, nearest
+        The training set, every held-out image (the accuracy a reader compares with the
+        training accuracy), the attacked ones, and each attacked image's PSNR to its nearest
+        training image (30 dB or more would mean a near-repeat of a training image).
+    """
+    check.integer("attacked images", attacked, low=1)
+    if source == "cifar10":
+        training, held_out = cifar10(root, "train"), _resized(cifar10(root, "test"), size)
+        training = _resized(training, size)
+        check.integer("attacked images", attacked, low=1, high=len(held_out))
+        chosen = np.sort(np.random.default_rng(seed).choice(len(held_out), attacked, replace=False))
+        picked = held_out.subset(chosen, "attacked")
+        return training, held_out, picked, picked.nearest_psnr(training)
+    if source == "photos":
+        photos_ = photos(size=size)
+        training, held_out = photos_.split(held_out_per_class, seed=seed)
+        picked, nearest = held_out.least_like(training, attacked)
+        return training, held_out, replace(picked, name="photos (attacked)"), nearest
+    raise check.GradcoreValueError(
+        f"unknown validation source {source!r}; known: {', '.join(VALIDATION_SOURCES)}"
     )
 
 

@@ -154,6 +154,42 @@ def test_least_like_matches_best_matches(photos):
         held_out.subset([len(held_out)])
 
 
+def test_nearest_psnr_reads_the_reference_in_chunks(photos):
+    training, held_out = photos.split(1, seed=0)
+    whole = held_out.nearest_psnr(training, chunk=len(training))
+    assert torch.allclose(held_out.nearest_psnr(training, chunk=7), whole)
+    # A training image is its own nearest: infinitely close.
+    assert torch.isinf(training.subset([3]).nearest_psnr(training)).all()
+    with pytest.raises(ValueError, match="reference images shaped"):
+        held_out.nearest_psnr(data.load("photos", size=8, per_photo=1))
+
+
+def test_validation_split_attacks_images_the_network_never_trained_on(tmp_path):
+    from gradcore.book import fixtures
+
+    training, held_out, attacked, nearest = data.validation_split("photos", 2, seed=0)
+    # 16 crops of each of the 8 photographs, 4 of each held out.
+    assert (training.name, len(training), len(held_out), len(attacked)) == (
+        "photos (training)", 96, 32, 2)
+    assert attacked.name == "photos (attacked)"
+    assert torch.allclose(nearest, attacked.nearest_psnr(training)) and bool((nearest < 30).all())
+    # CIFAR-10 in its real format: the five training batches, test images drawn with the seed.
+    fixtures.write_cifar(tmp_path, "cifar10", per_batch=20)
+    training, held_out, attacked, nearest = data.validation_split(
+        "cifar10", 3, size=16, seed=1, root=str(tmp_path))
+    assert (len(training), len(held_out), len(attacked)) == (100, 20, 3)
+    assert training.shape == held_out.shape == attacked.shape == (3, 16, 16)
+    data.check_disjoint(training, attacked.images)
+    again = data.validation_split("cifar10", 3, size=16, seed=1, root=str(tmp_path))[2]
+    assert torch.equal(again.images, attacked.images)
+    with pytest.raises(ValueError, match="attacked images"):
+        data.validation_split("cifar10", 21, root=str(tmp_path))
+    with pytest.raises(ValueError, match="unknown validation source 'imagenet'; known: photos"):
+        data.validation_split("imagenet", 1)
+    with pytest.raises(FileNotFoundError, match="cifar-10-batches-py"):
+        data.validation_split("cifar10", 1, root=str(tmp_path / "absent"))
+
+
 def test_split_that_leaves_nothing_to_train_on_raises(photos):
     with pytest.raises(ValueError, match="would leave none to train on"):
         photos.split(2)
@@ -293,6 +329,8 @@ def test_without_removes_exactly_the_given_images(digits):
     assert len(public) == len(digits) - 3  # these three are not repeated in the set
     assert not any(torch.equal(image, h) for image in public.images for h in held)
     assert public.name == "digits (public)"
+    # Pixel for pixel, whatever the dtype of the images removed.
+    assert torch.equal(digits.without(held.double()).images, public.images)
     # Nothing to remove: everything stays, in order.
     assert torch.equal(digits.without(torch.full((1, 1, 8, 8), 0.123)).images, digits.images)
 
