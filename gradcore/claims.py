@@ -50,6 +50,18 @@ def format_value(value) -> str:
     return str(value)
 
 
+def format_bound(bound) -> str:
+    """A test's bound as :func:`format_value` prints it, unless that rounds it onto a whole number
+    it is not: ``1 - 1e-12`` prints as "1 - 1e-12", not as "1.0" (a reader would read ">= 1.0" as a
+    cosine that must not fall short of 1 by even a rounding error)."""
+    if isinstance(bound, float) and math.isfinite(bound):
+        whole = round(bound)
+        gap = bound - whole
+        if gap and format_value(bound) == format_value(float(whole)):
+            return f"{whole} {'+' if gap > 0 else '-'} {abs(gap):.0e}".replace("e-0", "e-")
+    return format_value(bound)
+
+
 def bounded(value: float, diverged_above: float = 1e3):
     """``value`` as a table should show it: beyond ``diverged_above`` (or not finite), "diverged".
 
@@ -256,7 +268,7 @@ class Claims:
             paper,
             reproduced,
             _holds(lambda: reproduced <= bound),
-            f"<= {format_value(bound)}",
+            f"<= {format_bound(bound)}",
             _gap(bound, reproduced),
             (reproduced,),
             exact,
@@ -271,7 +283,7 @@ class Claims:
             paper,
             reproduced,
             _holds(lambda: reproduced >= bound),
-            f">= {format_value(bound)}",
+            f">= {format_bound(bound)}",
             _gap(reproduced, bound),
             (reproduced,),
             exact,

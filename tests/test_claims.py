@@ -113,6 +113,21 @@ def test_number_formatting(value, text):
     assert claims.format_value(value) == text
 
 
+@pytest.mark.parametrize("bound, text", [
+    (1 - 1e-12, "1 - 1e-12"), (1 - 1e-6, "1 - 1e-6"), (100 - 1e-7, "100 - 1e-7"), (-1 + 1e-10, "-1 + 1e-10"),
+    (0.999, "0.999"), (40.0, "40.0"), (1e-8, "1e-08"), (0.0, "0"), (3, "3"), (math.nan, "nan"),
+])
+def test_a_bound_is_never_rounded_onto_a_whole_number_it_is_not(bound, text):
+    assert claims.format_bound(bound) == text
+
+
+def test_a_bound_near_one_reads_as_such_in_the_test_column():
+    table = Claims("t")
+    table.at_least("cosine stays 1", 1.0, 1 - 2e-16, 1 - 1e-12, exact=True)
+    table.at_most("gap", 0.0, 1e-9, 1e-8)
+    assert [row.test for row in table.rows] == [">= 1 - 1e-12 (exact)", "<= 1e-08"]
+
+
 def test_results_table():
     table = claims.Table("Results", ["batch", "psnr"], [[1, 41.234567], [4, 12.0]])
     lines = repr(table).splitlines()

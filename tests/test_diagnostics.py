@@ -52,6 +52,21 @@ def test_clipping_keeps_the_direction_and_says_where_it_acts():
     bound = sorted(norms)[1]  # acts on the largest gradient only
     least, active = diagnostics.clipped_direction(cases, bound)
     assert active == 1 and abs(least - 1) < 1e-12
+    assert diagnostics.gradient_norms(cases) == pytest.approx(norms, rel=1e-6)
+
+
+def test_acting_clip_clips_every_case(digits):
+    cases = experiments.scenarios(digits, "mlp", 1, 3, seed=0, widths=(16,))
+    spec = diagnostics.acting_clip(cases)
+    assert spec["defense"] == "clip"
+    assert spec["bound"] == pytest.approx(0.5 * min(diagnostics.gradient_norms(cases)))
+    # Every clipped gradient has the bound's norm: the bound acted on each case.
+    for case in cases:
+        clipped = case.gradient("clip", bound=spec["bound"])
+        assert float(gradients.norm(clipped)) == pytest.approx(spec["bound"], rel=1e-5)
+    assert diagnostics.clipped_direction(cases, spec["bound"])[1] == len(cases)
+    with pytest.raises(ValueError, match="fraction"):
+        diagnostics.acting_clip(cases, fraction=1.0)
 
 
 

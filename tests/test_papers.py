@@ -31,6 +31,26 @@ def test_every_paper_has_every_profile():
 
 
 
+def test_every_data_setting_names_a_data_set_gradcore_loads():
+    """A setting ending in ``_data`` names a data set (a typo would only fail in the profile that
+    reads it, often the paper profile that CI runs with its budgets cut)."""
+    from gradcore import data
+
+    named = 0
+    for name in papers.PAPERS.names():
+        for profile in papers.PROFILES:
+            settings = vars(papers.PAPERS[name].settings(profile))
+            for key, value in settings.items():
+                if not key.endswith("_data"):
+                    continue
+                values = value.values() if isinstance(value, dict) else [value]
+                known = data.VALIDATION_SOURCES if key == "trained_data" else data.DATASETS
+                for each in values:
+                    assert each in known, f"{name} [{profile}] {key} = {each!r}"
+                    named += 1
+    assert named >= 10
+
+
 def test_unknown_profile_raises():
     with pytest.raises(ValueError, match="unknown profile 'fast' for dlg; known: ci, paper"):
         papers.DLG.settings("fast")

@@ -135,8 +135,25 @@ def clipped_direction(cases: Sequence, bound: float) -> tuple[float, int]:
         raw = [g.double() for g in case.gradient()]
         shared = [g.double() for g in case.gradient("clip", bound=bound)]
         least = min(least, *layer_cosines(shared, raw))
-        active += int(float(torch.sqrt(sum(g.pow(2).sum() for g in raw))) > bound)
+    active = sum(norm > bound for norm in gradient_norms(cases))
     return least, active
+
+
+def gradient_norms(cases: Sequence) -> list[float]:
+    """The Euclidean norm of each case's raw (undefended) gradient, over all its layers, in
+    float64: what a fixed clipping bound is set against."""
+    return [float(grads.norm([g.double() for g in case.gradient()])) for case in cases]
+
+
+def acting_clip(cases: Sequence, fraction: float = 0.5) -> dict:
+    """A clipping defense that acts on every case: the bound ``fraction`` of the least raw gradient
+    norm among ``cases``.
+
+    A fixed bound (CENSOR's baseline clips to norm 4, Sec. V-A) leaves every gradient whose norm
+    is below it as it is; a claim about what clipping does is only tested where it clips.
+    """
+    check.number("fraction", fraction, low=0, high=1, low_open=True, high_open=True)
+    return {"defense": "clip", "bound": fraction * min(gradient_norms(cases))}
 
 
 def norm_ratios(shared: Sequence[torch.Tensor], true: Sequence[torch.Tensor]) -> list[float]:
