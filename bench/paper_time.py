@@ -197,7 +197,7 @@ def what_protects(device: str) -> list:
     from gradcore.experiments import protection
 
     s = papers.WHAT_PROTECTS.settings("paper")
-    digits, photos = data.load("digits"), data.load("photos", size=s.photo_size)
+    digits, photos = data.load(s.digit_data), data.load(s.photo_data, size=s.photo_size)
     build_mlp, build_cnn = protection.mlp_builder(digits, s.mlp_widths), protection.hybrid_cnn_builder(photos, s.hybrid)
     mlp, cnn = (lambda: build_mlp(0)), (lambda: build_cnn(0))  # noqa: E731
     scenarios = {"digits MLP, 1 image": (lambda: experiments.scenario(digits, mlp(), 1, device=device), s.images),
