@@ -535,8 +535,8 @@ def cifar100(root: str | None = None, split: str = "test") -> Dataset:
     )
 
 
-#: Where a trained network's training set and the images attacked on it come from
-#: (:func:`validation_split`), with the data sets they are read from.
+#: The sources :func:`validation_split` draws a trained network's data from: the bundled
+#: photographs (offline) and the user's CIFAR-10.
 VALIDATION_SOURCES = ("photos", "cifar10")
 
 
@@ -570,15 +570,14 @@ def validation_split(
     """
     check.integer("attacked images", attacked, low=1)
     if source == "cifar10":
-        training, held_out = cifar10(root, "train"), _resized(cifar10(root, "test"), size)
-        training = _resized(training, size)
+        training = _resized(cifar10(root, "train"), size)
+        held_out = _resized(cifar10(root, "test"), size)
         check.integer("attacked images", attacked, low=1, high=len(held_out))
         chosen = np.sort(np.random.default_rng(seed).choice(len(held_out), attacked, replace=False))
         picked = held_out.subset(chosen, "attacked")
         return training, held_out, picked, picked.nearest_psnr(training)
     if source == "photos":
-        photos_ = photos(size=size)
-        training, held_out = photos_.split(held_out_per_class, seed=seed)
+        training, held_out = photos(size=size).split(held_out_per_class, seed=seed)
         picked, nearest = held_out.least_like(training, attacked)
         return training, held_out, replace(picked, name="photos (attacked)"), nearest
     raise check.GradcoreValueError(
