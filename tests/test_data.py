@@ -7,6 +7,7 @@ files written with ``skimage.io.imsave``.
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from pathlib import Path
 
@@ -417,6 +418,9 @@ def test_describe_lists_each_use_with_its_origin_and_resolution(digits, photos):
     assert header[:5] == ["measured", "data set", "from", "images", "resolution"]
     assert rows[0] == ["linear unit", "digits", data.ORIGINS["digits"], len(digits), "8x8 gray", "cheap"]
     assert rows[1][1:] == ["photos (two)", data.ORIGINS["photos"], 2, f"{photos.shape[1]}x{photos.shape[2]} RGB", ""]
+    # A reason is a stand-in's: the source's own data (a paper profile's) shows none.
+    mnist_like = dataclasses.replace(digits, name="mnist")
+    assert data.describe({"MLP": (mnist_like, "kept at 8x8 in ci")})[1][0][-1] == ""
     with pytest.raises(GradcoreValueError, match="non-empty dict"):
         data.describe({})
     with pytest.raises(gradcore.validation.GradcoreTypeError, match="'x'.*Dataset"):

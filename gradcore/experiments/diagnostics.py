@@ -135,7 +135,7 @@ def clipped_direction(cases: Sequence, bound: float) -> tuple[float, int]:
         raw = [g.double() for g in case.gradient()]
         shared = [g.double() for g in case.gradient("clip", bound=bound)]
         least = min(least, *layer_cosines(shared, raw))
-    active = sum(norm > bound for norm in gradient_norms(cases))
+        active += int(float(grads.norm(raw)) > bound)
     return least, active
 
 
